@@ -1,0 +1,80 @@
+//! Benchmark suites. Each takes a configuration, runs on the CPUs it is given, and returns a results
+//! `Suite` plus a human report. Timing uses the TSC on the measured path; statistics are computed after.
+
+pub mod c2c;
+pub mod loads;
+pub mod loopback;
+pub mod pipe;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rtcell_host::tsc::TscClock;
+use rtcell_report::{Kind, Series, Unit};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Asks every running suite to stop at its next check (Ctrl-C). What was measured is kept.
+pub fn request_stop() {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Whether a stop was requested.
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::Relaxed)
+}
+
+/// What a suite produced.
+pub struct SuiteRun {
+    pub suite: rtcell_report::Suite,
+    /// Human-readable tables, ready to print.
+    pub text: String,
+    /// Things that change how to read the figures.
+    pub warnings: Vec<String>,
+    /// Stopped early (Ctrl-C): figures cover only what ran.
+    pub incomplete: bool,
+    /// Measurement errors (payload mismatches, lost messages): a run with any is a failed run.
+    pub errors: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Host(#[from] rtcell_host::error::HostError),
+    #[error("cell: {0}")]
+    Cell(#[from] rtcell_cells::CellError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Converts TSC tick samples into a series in microseconds.
+pub fn series_us(
+    tsc: &TscClock,
+    name: &str,
+    labels: std::collections::BTreeMap<String, String>,
+    kind: Kind,
+    ticks: &[u64],
+    errors: u64,
+) -> Series {
+    let samples: Vec<f64> = ticks.iter().map(|&t| tsc.ticks_to_ns(t) / 1000.0).collect();
+    Series::from_samples(name, labels, Unit::Us, kind, samples, errors)
+}
+
+/// Converts TSC tick samples into a series in nanoseconds.
+pub fn series_ns(
+    tsc: &TscClock,
+    name: &str,
+    labels: std::collections::BTreeMap<String, String>,
+    kind: Kind,
+    ticks: &[u64],
+) -> Series {
+    let samples: Vec<f64> = ticks.iter().map(|&t| tsc.ticks_to_ns(t)).collect();
+    Series::from_samples(name, labels, Unit::Ns, kind, samples, 0)
+}
+
+/// Puts the calling thread back to the normal policy on every CPU (after a measured phase).
+pub fn release_thread() {
+    let _ = rtcell_host::sched::set_normal();
+    if let Ok(all) = rtcell_host::cpu::online_cpus() {
+        let _ = rtcell_host::cpu::pin_current_thread_to(&all);
+    }
+}

@@ -1,0 +1,685 @@
+//! `rtcell bench loopback` — Table I of seed 000 on this machine. The master writes a random payload of
+//! S bytes into a ring, the cell copies it into its own memory and sends it back, the master checks every
+//! byte and times the round trip with the TSC. The same exchange over a pair of pipes is the Linux
+//! baseline, and a cache-line ping-pong between the same CPUs is the floor.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{RngCore, SeedableRng};
+use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, WorkloadSpec, control};
+use rtcell_host::sched::{RtRequest, apply_rt};
+use rtcell_host::tsc::{TscClock, rdtsc_ordered};
+use rtcell_report::table::{Table, fmt_us};
+use rtcell_report::{Kind, Series, Stats, Suite, Unit, labels};
+use rtcell_shm::mapping::SharedMemory;
+use rtcell_shm::{RecvError, RegionLayout, RegionView, RingConfig, SendError};
+
+use crate::c2c::{self, C2cConfig};
+use crate::loads::{Load, RunningLoad};
+use crate::pipe::PipeEcho;
+use crate::{BenchError, SuiteRun, release_thread, series_us, stop_requested};
+
+/// Largest payload the loopback rings carry.
+pub const MAX_PAYLOAD: usize = 65536;
+/// Payload sizes of seed 000's Table I.
+pub const DEFAULT_SIZES: [usize; 10] = [0, 1, 8, 16, 32, 64, 128, 256, 512, 1024];
+/// Round trips before measuring, per size (caches, branch predictors, page faults).
+const WARMUP: usize = 1000;
+/// A cell that has not answered for this long is checked for death; twice as long is an error.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How the idle side waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notify {
+    /// Busy-poll shared memory: no system call, no sleep.
+    Poll,
+    /// Sleep in a futex wait; the sender wakes the receiver.
+    Futex,
+}
+
+impl Notify {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Notify::Poll => "poll",
+            Notify::Futex => "futex",
+        }
+    }
+}
+
+impl std::str::FromStr for Notify {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "poll" => Ok(Notify::Poll),
+            "futex" => Ok(Notify::Futex),
+            other => Err(format!("unknown notify mode {other:?}: use poll or futex")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LoopbackConfig {
+    pub master_cpu: usize,
+    pub cell_cpu: usize,
+    pub sizes: Vec<usize>,
+    pub iterations: usize,
+    pub cells: Vec<CellKind>,
+    pub notify: Vec<Notify>,
+    pub load: Load,
+    /// Also run the pipe baseline.
+    pub pipe_baseline: bool,
+    /// Also measure the c2c floor between the same CPUs.
+    pub c2c_floor: bool,
+    pub master_priority: Option<i32>,
+    pub cell_priority: Option<i32>,
+    /// Seed of the random payloads.
+    pub seed: u64,
+}
+
+/// Measured round trips of one transport at one size.
+struct SizeRun {
+    size: usize,
+    ticks: Vec<u64>,
+    errors: u64,
+    elapsed_ticks: u64,
+}
+
+struct TransportRun {
+    /// "thread", "process" or "pipe".
+    cell: String,
+    transport: &'static str,
+    notify: Option<Notify>,
+    sizes: Vec<SizeRun>,
+    start_time: Option<Duration>,
+}
+
+/// Random bytes to take payloads from: each iteration uses a different window, so a stale echo of an
+/// earlier message cannot pass the check.
+fn payload_pool(seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; 1 << 20];
+    rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut v);
+    v
+}
+
+fn window(i: usize, size: usize, pool: &[u8]) -> &[u8] {
+    let span = pool.len() - size;
+    let off = (i.wrapping_mul(7919)) % span.max(1);
+    &pool[off..off + size]
+}
+
+/// Runs one size through a ring pair with a running cell.
+fn measure_cell_size(
+    cfg: &LoopbackConfig,
+    notify: Notify,
+    region: &RegionView<'_>,
+    cell: &mut Cell,
+    size: usize,
+    pool: &[u8],
+    tsc: &TscClock,
+) -> Result<(SizeRun, bool), BenchError> {
+    let ring_err = |e: rtcell_shm::AttachError| BenchError::Other(format!("loopback region: {e}"));
+    let mut tx = region.ring("m2c").map_err(ring_err)?.producer();
+    let mut rx = region.ring("c2m").map_err(ring_err)?.consumer();
+    let mut reply = vec![0u8; MAX_PAYLOAD];
+    let mut ticks = Vec::with_capacity(cfg.iterations);
+    let mut errors = 0u64;
+    let timeout_ticks = tsc.ns_to_ticks(ANSWER_TIMEOUT.as_nanos() as f64);
+    let mut incomplete = false;
+    let run_start = rdtsc_ordered();
+    for i in 0..WARMUP + cfg.iterations {
+        if i % 1024 == 0 && stop_requested() {
+            incomplete = true;
+            break;
+        }
+        let payload = window(i, size, pool);
+        let t0 = rdtsc_ordered();
+        loop {
+            match tx.try_send(payload) {
+                Ok(()) => break,
+                Err(SendError::Full) => std::hint::spin_loop(),
+                Err(e) => return Err(BenchError::Other(format!("send to the cell: {e:?}"))),
+            }
+        }
+        let mut spins = 0u32;
+        let n = loop {
+            match rx.try_recv(&mut reply) {
+                Ok(n) => break n,
+                Err(RecvError::Empty) => {
+                    spins = spins.wrapping_add(1);
+                    if notify == Notify::Futex {
+                        rx.wait_for_message(1_000_000);
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                    if spins % 65536 == 0 || notify == Notify::Futex {
+                        let waited = rdtsc_ordered().wrapping_sub(t0);
+                        if waited > timeout_ticks {
+                            let st = cell.status();
+                            if st.is_finished() {
+                                return Err(BenchError::Other(format!(
+                                    "cell {:?} ({}, CPU {}) {st} during the {size}-byte round trips",
+                                    cell.name(),
+                                    cell.kind(),
+                                    cell.cpu()
+                                )));
+                            }
+                            if waited > 2 * timeout_ticks {
+                                return Err(BenchError::Other(format!(
+                                    "cell {:?} ({}, CPU {}) is {st} but did not answer within {:?}",
+                                    cell.name(),
+                                    cell.kind(),
+                                    cell.cpu(),
+                                    2 * ANSWER_TIMEOUT
+                                )));
+                            }
+                            if stop_requested() {
+                                return Ok((
+                                    SizeRun {
+                                        size,
+                                        ticks,
+                                        errors,
+                                        elapsed_ticks: 0,
+                                    },
+                                    true,
+                                ));
+                            }
+                        }
+                    }
+                }
+                Err(e) => return Err(BenchError::Other(format!("receive from the cell: {e:?}"))),
+            }
+        };
+        let t1 = rdtsc_ordered();
+        if n != size || reply[..n] != *payload {
+            errors += 1;
+        }
+        if i >= WARMUP {
+            ticks.push(t1.wrapping_sub(t0));
+        }
+    }
+    let elapsed_ticks = rdtsc_ordered().wrapping_sub(run_start);
+    Ok((
+        SizeRun {
+            size,
+            ticks,
+            errors,
+            elapsed_ticks,
+        },
+        incomplete,
+    ))
+}
+
+fn run_cell(
+    cfg: &LoopbackConfig,
+    kind: CellKind,
+    notify: Notify,
+    pool: &[u8],
+    tsc: &TscClock,
+    warnings: &mut Vec<String>,
+) -> Result<(TransportRun, bool), BenchError> {
+    let max_size = cfg.sizes.iter().copied().max().unwrap_or(0).max(4096);
+    let mut ring = RingConfig::for_frames(max_size as u32, 4);
+    ring.notify = notify == Notify::Futex;
+    let mut layout = RegionLayout::new();
+    let lerr =
+        |e: rtcell_shm::LayoutError| BenchError::Other(format!("loopback region layout: {e}"));
+    layout
+        .ring("m2c", ring)
+        .map_err(lerr)?
+        .ring("c2m", ring)
+        .map_err(lerr)?;
+    let cell_name = format!("echo-{kind}");
+    control::add_to_layout(&mut layout, &cell_name).map_err(lerr)?;
+    let shm = SharedMemory::create_anonymous("rtcell-loopback", layout.size_bytes())
+        .map_err(|e| BenchError::Other(format!("cannot create the shared region: {e}")))?;
+    layout.init(shm.words(), std::process::id()).map_err(lerr)?;
+    let shm = Arc::new(shm);
+
+    let spec = CellSpec {
+        name: cell_name,
+        kind,
+        cpu: cfg.cell_cpu,
+        priority: cfg.cell_priority,
+        lock_memory: true,
+        workload: WorkloadSpec::Echo {
+            rx: "m2c".into(),
+            tx: "c2m".into(),
+            max_frame: max_size,
+            notify: ring.notify,
+        },
+    };
+    let mut cell = Cell::start(spec, Arc::clone(&shm))?;
+    let start_time = cell.wait_running(Duration::from_secs(10))?;
+    warnings.extend(cell.warnings().iter().cloned());
+    let region =
+        RegionView::attach(shm.words()).map_err(|e| BenchError::Other(format!("region: {e}")))?;
+
+    let mut sizes = Vec::new();
+    let mut incomplete = false;
+    for &size in &cfg.sizes {
+        eprintln!(
+            "loopback: {kind} cell, notify {}, {size} B x {} ...",
+            notify.as_str(),
+            cfg.iterations
+        );
+        let (run, stopped) = measure_cell_size(cfg, notify, &region, &mut cell, size, pool, tsc)?;
+        sizes.push(run);
+        if stopped {
+            incomplete = true;
+            break;
+        }
+    }
+    let report = cell.stop(Duration::from_secs(2));
+    if !matches!(report.status, CellStatus::Stopped) {
+        warnings.push(format!(
+            "cell {:?} ({kind}) ended {} instead of stopping cleanly",
+            report.name, report.status
+        ));
+    }
+    let cell_name = kind.as_str().to_string();
+    Ok((
+        TransportRun {
+            cell: cell_name,
+            transport: "ring",
+            notify: Some(notify),
+            sizes,
+            start_time: Some(start_time),
+        },
+        incomplete,
+    ))
+}
+
+fn run_pipe(
+    cfg: &LoopbackConfig,
+    pool: &[u8],
+    warnings: &mut Vec<String>,
+) -> Result<(TransportRun, bool), BenchError> {
+    let max_size = cfg.sizes.iter().copied().max().unwrap_or(0);
+    let mut echo = PipeEcho::start(cfg.cell_cpu, cfg.cell_priority, max_size)?;
+    let mut reply = vec![0u8; max_size.max(1)];
+    let mut sizes = Vec::new();
+    let mut incomplete = false;
+    'sizes: for &size in &cfg.sizes {
+        eprintln!("loopback: pipe baseline, {size} B x {} ...", cfg.iterations);
+        let mut ticks = Vec::with_capacity(cfg.iterations);
+        let mut errors = 0;
+        let start = rdtsc_ordered();
+        for i in 0..WARMUP + cfg.iterations {
+            if i % 1024 == 0 && stop_requested() {
+                incomplete = true;
+                sizes.push(SizeRun {
+                    size,
+                    ticks,
+                    errors,
+                    elapsed_ticks: 0,
+                });
+                break 'sizes;
+            }
+            let payload = window(i, size, pool);
+            let t0 = rdtsc_ordered();
+            let n = echo
+                .round_trip(payload, &mut reply)
+                .map_err(|e| BenchError::Other(format!("pipe baseline: {e}")))?;
+            let t1 = rdtsc_ordered();
+            if n != size || reply[..n] != *payload {
+                errors += 1;
+            }
+            if i >= WARMUP {
+                ticks.push(t1.wrapping_sub(t0));
+            }
+        }
+        sizes.push(SizeRun {
+            size,
+            ticks,
+            errors,
+            elapsed_ticks: rdtsc_ordered().wrapping_sub(start),
+        });
+    }
+    warnings.extend(echo.finish()?);
+    Ok((
+        TransportRun {
+            cell: "thread".into(),
+            transport: "pipe",
+            notify: None,
+            sizes,
+            start_time: None,
+        },
+        incomplete,
+    ))
+}
+
+/// Runs the whole suite.
+pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError> {
+    let mut warnings = Vec::new();
+    let online = rtcell_host::cpu::online_cpus()
+        .map_err(|e| BenchError::Other(format!("online CPUs: {e}")))?;
+    let load_cpus: Vec<usize> = online
+        .iter()
+        .copied()
+        .filter(|&c| c != cfg.cell_cpu)
+        .collect();
+    if cfg.load != Load::None && load_cpus.contains(&cfg.master_cpu) {
+        warnings.push(format!(
+            "the {} load shares CPU {} with the master loop (no other non-cell CPU on this machine); the master runs SCHED_FIFO, so the load runs only when the master is throttled or waiting",
+            cfg.load.as_str(),
+            cfg.master_cpu
+        ));
+    }
+    let load = RunningLoad::start(cfg.load, &load_cpus)
+        .map_err(|e| BenchError::Other(format!("cannot start the load: {e}")))?;
+
+    // The master loop: pinned, real-time, memory locked.
+    warnings.extend(apply_rt(&RtRequest {
+        cpu: Some(cfg.master_cpu),
+        fifo_priority: cfg.master_priority,
+        lock_memory: true,
+    })?);
+    let pool = payload_pool(cfg.seed);
+    let mut runs = Vec::new();
+    let mut incomplete = false;
+    let mut outcome: Result<(), BenchError> = Ok(());
+    'outer: for &kind in &cfg.cells {
+        for &notify in &cfg.notify {
+            match run_cell(cfg, kind, notify, &pool, tsc, &mut warnings) {
+                Ok((r, stopped)) => {
+                    runs.push(r);
+                    if stopped {
+                        incomplete = true;
+                        break 'outer;
+                    }
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break 'outer;
+                }
+            }
+        }
+    }
+    if outcome.is_ok() && !incomplete && cfg.pipe_baseline {
+        match run_pipe(cfg, &pool, &mut warnings) {
+            Ok((r, stopped)) => {
+                runs.push(r);
+                incomplete |= stopped;
+            }
+            Err(e) => outcome = Err(e),
+        }
+    }
+    release_thread();
+    let mut floor = None;
+    if outcome.is_ok() && !incomplete && cfg.c2c_floor {
+        let c2c_cfg = C2cConfig {
+            cpu_a: cfg.master_cpu,
+            cpu_b: cfg.cell_cpu,
+            samples: cfg.iterations.min(200_000),
+            batches: 200,
+            batch: 1000,
+            priority: cfg.master_priority,
+        };
+        eprintln!(
+            "loopback: c2c floor between CPU {} and CPU {} ...",
+            cfg.master_cpu, cfg.cell_cpu
+        );
+        match c2c::measure(&c2c_cfg) {
+            Ok(m) => {
+                incomplete |= m.incomplete;
+                floor = Some((c2c_cfg.clone(), m));
+            }
+            Err(e) => outcome = Err(e),
+        }
+    }
+    let load_bps = load.stop();
+    outcome?;
+    Ok(build(tsc, cfg, runs, floor, load_bps, warnings, incomplete))
+}
+
+fn labels_for(
+    cfg: &LoopbackConfig,
+    r: &TransportRun,
+    size: usize,
+) -> std::collections::BTreeMap<String, String> {
+    let mut l = labels!(
+        "cell" => r.cell,
+        "transport" => r.transport,
+        "bytes" => size,
+        "load" => cfg.load.as_str(),
+        "master_cpu" => cfg.master_cpu,
+        "cell_cpu" => cfg.cell_cpu,
+    );
+    if let Some(n) = r.notify {
+        l.insert("notify".into(), n.as_str().into());
+    }
+    l
+}
+
+fn build(
+    tsc: &TscClock,
+    cfg: &LoopbackConfig,
+    runs: Vec<TransportRun>,
+    floor: Option<(C2cConfig, c2c::C2cMeasurement)>,
+    load_bps: f64,
+    mut warnings: Vec<String>,
+    incomplete: bool,
+) -> SuiteRun {
+    let mut series = Vec::new();
+    let mut text = String::new();
+    let mut total_errors = 0;
+    let published = rtcell_report::published::for_metric("loopback_rtt");
+    let jailhouse = |size: usize| {
+        published.iter().find(|r| {
+            r.payload_bytes == Some(size as u32)
+                && r.condition == "idle"
+                && r.platform.contains("Jailhouse")
+        })
+    };
+    // Medians for the speed summary: (cell, transport, notify, size) -> median us.
+    let mut medians: Vec<(String, &'static str, Option<Notify>, usize, f64)> = Vec::new();
+    for r in &runs {
+        let what = match r.notify {
+            Some(n) => format!("{} cell, ring, notify {}", r.cell, n.as_str()),
+            None => "Linux baseline: pipe pair, echo thread".to_string(),
+        };
+        text.push_str(&format!(
+            "\nLoopback round trip: {what}; master CPU {}, cell CPU {}, load {} (us, round trip, {} per size)\n",
+            cfg.master_cpu,
+            cfg.cell_cpu,
+            cfg.load.as_str(),
+            cfg.iterations
+        ));
+        let mut t = Table::new(&[
+            "bytes",
+            "min",
+            "mean",
+            "median",
+            "p99",
+            "p99.9",
+            "max",
+            "MB/s",
+            "errors",
+            "Jailhouse A7 mean",
+            "Jailhouse A7 max",
+        ]);
+        for s in &r.sizes {
+            let ser = series_us(
+                tsc,
+                "loopback_rtt",
+                labels_for(cfg, r, s.size),
+                Kind::RoundTrip,
+                &s.ticks,
+                s.errors,
+            );
+            total_errors += s.errors;
+            let st: Stats = ser.stats.clone();
+            let secs = tsc.ticks_to_ns(s.elapsed_ticks) / 1e9;
+            // Payload bytes moved per second, both directions, over the whole timed loop.
+            let mbps = if secs > 0.0 {
+                (2 * s.size * (s.ticks.len() + WARMUP)) as f64 / secs / 1e6
+            } else {
+                0.0
+            };
+            if secs > 0.0 && !s.ticks.is_empty() {
+                let mut thr = Series::from_samples(
+                    "loopback_throughput",
+                    labels_for(cfg, r, s.size),
+                    Unit::BytesPerS,
+                    Kind::Throughput,
+                    vec![mbps * 1e6],
+                    0,
+                );
+                thr.histogram = None;
+                series.push(thr);
+            }
+            let pubd = jailhouse(s.size);
+            t.row(vec![
+                s.size.to_string(),
+                fmt_us(st.min * 1000.0),
+                fmt_us(st.mean * 1000.0),
+                fmt_us(st.median * 1000.0),
+                fmt_us(st.p99 * 1000.0),
+                fmt_us(st.p999 * 1000.0),
+                fmt_us(st.max * 1000.0),
+                format!("{mbps:.1}"),
+                s.errors.to_string(),
+                pubd.and_then(|p| p.mean)
+                    .map_or("-".into(), |v| format!("{v:.2}")),
+                pubd.and_then(|p| p.max)
+                    .map_or("-".into(), |v| format!("{v:.2}")),
+            ]);
+            medians.push((r.cell.clone(), r.transport, r.notify, s.size, st.median));
+            series.push(ser);
+        }
+        text.push_str(&t.render());
+        text.push('\n');
+        if let Some(st) = r.start_time {
+            text.push_str(&format!(
+                "{} cell start (spawn to first heartbeat): {:.3} ms\n",
+                r.cell,
+                st.as_secs_f64() * 1e3
+            ));
+            let mut s = Series::from_samples(
+                "cell_start",
+                labels!("cell" => r.cell, "cpu" => cfg.cell_cpu),
+                Unit::Us,
+                Kind::Latency,
+                vec![st.as_secs_f64() * 1e6],
+                0,
+            );
+            s.histogram = None;
+            series.push(s);
+        }
+    }
+    text.push_str(
+        "Jailhouse A7 columns: seed 000 Table I, STM32MP157 Cortex-A7 cell under Jailhouse, idle, mean/max in us — another platform, for scale only.\n",
+    );
+
+    let mut floor_rtt = None;
+    if let Some((c, m)) = &floor {
+        let s = c2c::series(tsc, c, m);
+        floor_rtt = s.first().map(|x| x.stats.median);
+        text.push_str(&format!(
+            "c2c floor, CPU {} <-> CPU {}: round trip median {:.1} ns (each timed), one way median {:.1} ns (batch RTT / 2)\n",
+            c.cpu_a,
+            c.cpu_b,
+            s.first().map_or(f64::NAN, |x| x.stats.median),
+            s.get(1).map_or(f64::NAN, |x| x.stats.median),
+        ));
+        series.extend(s);
+    }
+    text.push_str(&speed_summary(&medians, floor_rtt));
+    if cfg.load != Load::None {
+        text.push_str(&format!(
+            "load {} on CPUs {:?}: {:.2} GB/s copied while measuring\n",
+            cfg.load.as_str(),
+            cfg.cell_cpu_complement(),
+            load_bps / 1e9
+        ));
+    }
+    if total_errors > 0 {
+        warnings.push(format!(
+            "{total_errors} round trips came back with a wrong payload: this run FAILED"
+        ));
+    }
+    let config = serde_json::json!({
+        "master_cpu": cfg.master_cpu,
+        "cell_cpu": cfg.cell_cpu,
+        "sizes": cfg.sizes,
+        "iterations": cfg.iterations,
+        "warmup": WARMUP,
+        "cells": cfg.cells.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+        "notify": cfg.notify.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+        "load": cfg.load.as_str(),
+        "load_bytes_per_s": load_bps,
+        "pipe_baseline": cfg.pipe_baseline,
+        "master_priority": cfg.master_priority,
+        "cell_priority": cfg.cell_priority,
+        "seed": cfg.seed,
+        "tsc_khz": tsc.khz(),
+    });
+    let mut suite = Suite::new("loopback", config);
+    suite.series = series;
+    SuiteRun {
+        suite,
+        text,
+        warnings,
+        incomplete,
+        errors: total_errors,
+    }
+}
+
+impl LoopbackConfig {
+    fn cell_cpu_complement(&self) -> Vec<usize> {
+        rtcell_host::cpu::online_cpus()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&c| c != self.cell_cpu)
+            .collect()
+    }
+}
+
+/// The speed goals as ratios of medians measured in this run.
+fn speed_summary(
+    medians: &[(String, &'static str, Option<Notify>, usize, f64)],
+    floor_rtt_ns: Option<f64>,
+) -> String {
+    let find = |cell: &str, transport: &str, notify: Option<Notify>, size: usize| {
+        medians
+            .iter()
+            .find(|m| m.0 == cell && m.1 == transport && m.2 == notify && m.3 == size)
+            .map(|m| m.4)
+    };
+    let mut out = String::from("\nRatios of medians from this run:\n");
+    let mut any = false;
+    if let Some(t0) = find("thread", "ring", Some(Notify::Poll), 0) {
+        if let Some(f) = floor_rtt_ns {
+            out.push_str(&format!(
+                "  thread cell 0 B round trip / c2c round trip: {:.2} x ({} us / {} us; goal <= 1.5)\n",
+                t0 * 1000.0 / f,
+                fmt_us(t0 * 1000.0),
+                fmt_us(f)
+            ));
+            any = true;
+        }
+        if let Some(p0) = find("thread", "pipe", None, 0) {
+            out.push_str(&format!(
+                "  pipe 0 B round trip / thread cell 0 B round trip: {:.1} x faster (goal >= 20)\n",
+                p0 / t0
+            ));
+            any = true;
+        }
+        if let Some(t1k) = find("thread", "ring", Some(Notify::Poll), 1024) {
+            out.push_str(&format!(
+                "  thread cell 1024 B / 0 B round trip: {:.2} x (goal <= 3)\n",
+                t1k / t0
+            ));
+            any = true;
+        }
+        if let Some(p) = find("process", "ring", Some(Notify::Poll), 0) {
+            out.push_str(&format!(
+                "  process cell 0 B / thread cell 0 B round trip: {:.2} x\n",
+                p / t0
+            ));
+            any = true;
+        }
+    }
+    if any { out } else { String::new() }
+}

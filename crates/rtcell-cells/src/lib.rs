@@ -1,0 +1,570 @@
+//! Cells: one real-time workload on a dedicated CPU, behind one interface whatever the isolation.
+//!
+//! - `thread`: a pinned SCHED_FIFO thread in this process, memory locked, stack prefaulted.
+//! - `process`: the same binary re-executed in cell mode (`rtcell __cell`), sharing the region through an
+//!   inherited memfd; it dies with its parent (PR_SET_PDEATHSIG), so a killed run leaves nothing behind.
+//!
+//! Supervisor and cell see each other only through the cell's control block in the shared region.
+
+pub mod control;
+pub mod workload;
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rtcell_host::sched::{RtRequest, apply_rt};
+use rtcell_shm::RegionView;
+use rtcell_shm::mapping::SharedMemory;
+
+pub use control::{CellState, ControlBlock};
+pub use workload::{WorkloadEnd, WorkloadSpec};
+
+/// How a cell is isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CellKind {
+    Thread,
+    Process,
+}
+
+impl CellKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CellKind::Thread => "thread",
+            CellKind::Process => "process",
+        }
+    }
+}
+
+impl std::fmt::Display for CellKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for CellKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "thread" => Ok(CellKind::Thread),
+            "process" => Ok(CellKind::Process),
+            other => Err(format!(
+                "unknown cell kind {other:?}: use thread or process"
+            )),
+        }
+    }
+}
+
+/// What to start where.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CellSpec {
+    pub name: String,
+    pub kind: CellKind,
+    pub cpu: usize,
+    /// SCHED_FIFO priority; `None` leaves the normal policy.
+    pub priority: Option<i32>,
+    pub lock_memory: bool,
+    pub workload: WorkloadSpec,
+}
+
+/// What the supervisor sees of a cell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CellStatus {
+    Starting,
+    Running,
+    Done(i32),
+    Faulted(String),
+    /// The process was killed by a signal.
+    Killed {
+        signal: i32,
+        name: String,
+    },
+    Stopped,
+}
+
+impl CellStatus {
+    pub fn is_finished(&self) -> bool {
+        !matches!(self, CellStatus::Starting | CellStatus::Running)
+    }
+}
+
+impl std::fmt::Display for CellStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CellStatus::Starting => write!(f, "starting"),
+            CellStatus::Running => write!(f, "running"),
+            CellStatus::Done(c) => write!(f, "done (exit code {c})"),
+            CellStatus::Faulted(m) => write!(f, "faulted: {m}"),
+            CellStatus::Killed { signal, name } => write!(f, "killed by signal {signal} ({name})"),
+            CellStatus::Stopped => write!(f, "stopped"),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CellError {
+    #[error("cell {cell:?}: the region has no control block for it: {source}")]
+    NoControlBlock {
+        cell: String,
+        source: rtcell_shm::AttachError,
+    },
+    #[error("cell {cell:?}: could not start the {kind} cell: {source}")]
+    Spawn {
+        cell: String,
+        kind: CellKind,
+        source: std::io::Error,
+    },
+    #[error("cell {cell:?} ({kind}, CPU {cpu}) {status} before it was running")]
+    DiedStarting {
+        cell: String,
+        kind: CellKind,
+        cpu: usize,
+        status: CellStatus,
+    },
+    #[error("cell {cell:?} ({kind}, CPU {cpu}) did not report running within {waited:?}")]
+    StartTimeout {
+        cell: String,
+        kind: CellKind,
+        cpu: usize,
+        waited: Duration,
+    },
+    #[error("region: {0}")]
+    Region(rtcell_shm::AttachError),
+}
+
+/// Final account of a cell.
+#[derive(Debug, Clone)]
+pub struct CellReport {
+    pub name: String,
+    pub kind: CellKind,
+    pub cpu: usize,
+    pub status: CellStatus,
+    pub heartbeat: u64,
+    pub handled: u64,
+}
+
+enum Runner {
+    Thread(Option<JoinHandle<()>>),
+    Process(Child),
+}
+
+/// A started cell.
+pub struct Cell {
+    spec: CellSpec,
+    shm: Arc<SharedMemory>,
+    runner: Runner,
+    spawned_ns: u64,
+    /// Guarantees the cell could not get (no SCHED_FIFO, no mlock), as it reported them.
+    warnings: Vec<String>,
+    stop_sent: bool,
+}
+
+static CELL_EXE: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Sets the executable that process cells run (`EXE __cell ...`). Defaults to the current executable,
+/// which is right for the `rtcell` binary; test harnesses point it at the built `rtcell`.
+pub fn set_cell_executable(path: PathBuf) {
+    if let Ok(mut g) = CELL_EXE.lock() {
+        *g = Some(path);
+    }
+}
+
+fn cell_executable() -> std::io::Result<PathBuf> {
+    if let Ok(g) = CELL_EXE.lock() {
+        if let Some(p) = g.as_ref() {
+            return Ok(p.clone());
+        }
+    }
+    std::env::current_exe()
+}
+
+fn region_of(shm: &SharedMemory) -> Result<RegionView<'_>, CellError> {
+    RegionView::attach(shm.words()).map_err(CellError::Region)
+}
+
+/// Runs the cell body in the calling thread (a thread cell's thread, or a process cell's main thread):
+/// real-time setup, the workload, and the final state in the control block.
+fn cell_body(spec: &CellSpec, region: &RegionView<'_>, ctl: &ControlBlock<'_>) {
+    let req = RtRequest {
+        cpu: Some(spec.cpu),
+        fifo_priority: spec.priority,
+        lock_memory: spec.lock_memory,
+    };
+    match apply_rt(&req) {
+        Ok(w) if !w.is_empty() => ctl.finish(CellState::Starting, 0, &w.join("\n")),
+        Ok(_) => {}
+        Err(e) => {
+            ctl.finish(
+                CellState::Faulted,
+                1,
+                &format!("real-time setup failed: {e}"),
+            );
+            return;
+        }
+    }
+    let body = std::panic::AssertUnwindSafe(|| workload::run(&spec.workload, region, ctl));
+    match std::panic::catch_unwind(body) {
+        Ok(WorkloadEnd::Stopped) => ctl.finish(CellState::Stopped, 0, ""),
+        Ok(WorkloadEnd::Done(code)) => ctl.finish(CellState::Done, code, ""),
+        Ok(WorkloadEnd::Faulted(m)) => ctl.finish(CellState::Faulted, 1, &m),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic".into());
+            ctl.finish(CellState::Faulted, 101, &format!("panicked: {msg}"));
+        }
+    }
+}
+
+impl Cell {
+    /// Starts a cell. The region must hold its control block (`control::add_to_layout`) and whatever
+    /// channels its workload names. Returns once the cell is spawned; see `wait_running`.
+    pub fn start(spec: CellSpec, shm: Arc<SharedMemory>) -> Result<Cell, CellError> {
+        {
+            let region = region_of(&shm)?;
+            ControlBlock::attach(&region, &spec.name).map_err(|source| {
+                CellError::NoControlBlock {
+                    cell: spec.name.clone(),
+                    source,
+                }
+            })?;
+        }
+        let spawned_ns = control::now_ns();
+        let runner = match spec.kind {
+            CellKind::Thread => {
+                let shm2 = Arc::clone(&shm);
+                let spec2 = spec.clone();
+                let handle = std::thread::Builder::new()
+                    .name(format!("cell-{}", spec.name))
+                    .spawn(move || {
+                        let Ok(region) = RegionView::attach(shm2.words()) else {
+                            return;
+                        };
+                        let Ok(ctl) = ControlBlock::attach(&region, &spec2.name) else {
+                            return;
+                        };
+                        cell_body(&spec2, &region, &ctl);
+                    })
+                    .map_err(|source| CellError::Spawn {
+                        cell: spec.name.clone(),
+                        kind: spec.kind,
+                        source,
+                    })?;
+                Runner::Thread(Some(handle))
+            }
+            CellKind::Process => Runner::Process(spawn_process(&spec, &shm)?),
+        };
+        Ok(Cell {
+            spec,
+            shm,
+            runner,
+            spawned_ns,
+            warnings: Vec::new(),
+            stop_sent: false,
+        })
+    }
+
+    pub fn spec(&self) -> &CellSpec {
+        &self.spec
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn kind(&self) -> CellKind {
+        self.spec.kind
+    }
+
+    pub fn cpu(&self) -> usize {
+        self.spec.cpu
+    }
+
+    /// Process id of a process cell.
+    pub fn pid(&self) -> Option<u32> {
+        match &self.runner {
+            Runner::Process(c) => Some(c.id()),
+            Runner::Thread(_) => None,
+        }
+    }
+
+    /// Warnings the cell reported while starting (missing real-time guarantees).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    fn with_ctl<T>(&self, f: impl FnOnce(&ControlBlock<'_>) -> T) -> Option<T> {
+        let region = RegionView::attach(self.shm.words()).ok()?;
+        let ctl = ControlBlock::attach(&region, &self.spec.name).ok()?;
+        Some(f(&ctl))
+    }
+
+    fn reported_status(&self) -> CellStatus {
+        self.with_ctl(|c| match c.state() {
+            Ok(CellState::Starting) => CellStatus::Starting,
+            Ok(CellState::Running) => CellStatus::Running,
+            Ok(CellState::Done) => CellStatus::Done(c.exit_code()),
+            Ok(CellState::Faulted) => CellStatus::Faulted(c.message()),
+            Ok(CellState::Stopped) => CellStatus::Stopped,
+            Err(v) => CellStatus::Faulted(format!(
+                "cell wrote an impossible state {v} into its control block"
+            )),
+        })
+        .unwrap_or_else(|| CellStatus::Faulted("control block no longer readable".into()))
+    }
+
+    /// Current status; notices a finished thread or an exited or killed process.
+    pub fn status(&mut self) -> CellStatus {
+        let reported = self.reported_status();
+        match &mut self.runner {
+            Runner::Thread(h) => {
+                let finished = h.as_ref().is_none_or(|h| h.is_finished());
+                if finished && !reported.is_finished() {
+                    return CellStatus::Faulted(
+                        "cell thread ended without reporting a final state".into(),
+                    );
+                }
+                reported
+            }
+            Runner::Process(child) => match child.try_wait() {
+                Ok(Some(st)) => {
+                    if let Some(sig) = st.signal() {
+                        CellStatus::Killed {
+                            signal: sig,
+                            name: signal_name(sig),
+                        }
+                    } else if reported.is_finished() {
+                        reported
+                    } else {
+                        CellStatus::Faulted(format!(
+                            "process exited with code {} without reporting a final state",
+                            st.code().unwrap_or(-1)
+                        ))
+                    }
+                }
+                Ok(None) => reported,
+                Err(e) => CellStatus::Faulted(format!("cannot wait for the cell process: {e}")),
+            },
+        }
+    }
+
+    /// Waits until the cell reports running; returns the start time (spawn to first heartbeat).
+    pub fn wait_running(&mut self, timeout: Duration) -> Result<Duration, CellError> {
+        let t0 = Instant::now();
+        loop {
+            match self.status() {
+                CellStatus::Running => break,
+                CellStatus::Starting => {}
+                other => {
+                    return Err(CellError::DiedStarting {
+                        cell: self.spec.name.clone(),
+                        kind: self.spec.kind,
+                        cpu: self.spec.cpu,
+                        status: other,
+                    });
+                }
+            }
+            if t0.elapsed() > timeout {
+                return Err(CellError::StartTimeout {
+                    cell: self.spec.name.clone(),
+                    kind: self.spec.kind,
+                    cpu: self.spec.cpu,
+                    waited: timeout,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let (first, msg) = self
+            .with_ctl(|c| (c.first_beat_ns(), c.message()))
+            .unwrap_or((0, String::new()));
+        self.warnings = msg
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| format!("cell {:?}: {l}", self.spec.name))
+            .collect();
+        Ok(Duration::from_nanos(first.saturating_sub(self.spawned_ns)))
+    }
+
+    /// Heartbeat and messages handled so far.
+    pub fn progress(&self) -> (u64, u64) {
+        self.with_ctl(|c| (c.heartbeat(), c.handled()))
+            .unwrap_or((0, 0))
+    }
+
+    /// Asks the cell to stop and waits for it up to `timeout`; a process that does not stop is killed.
+    pub fn stop(mut self, timeout: Duration) -> CellReport {
+        self.request_stop();
+        let t0 = Instant::now();
+        let mut status = self.status();
+        while !status.is_finished() && t0.elapsed() < timeout {
+            std::thread::sleep(Duration::from_micros(500));
+            status = self.status();
+        }
+        match &mut self.runner {
+            Runner::Process(child) => {
+                if !status.is_finished() {
+                    let _ = child.kill();
+                    status =
+                        CellStatus::Faulted(format!("did not stop within {timeout:?}; killed"));
+                }
+                let _ = child.wait();
+            }
+            Runner::Thread(h) => {
+                if status.is_finished() {
+                    if let Some(h) = h.take() {
+                        let _ = h.join();
+                    }
+                } else {
+                    status = CellStatus::Faulted(format!(
+                        "did not stop within {timeout:?}; thread left detached"
+                    ));
+                }
+            }
+        }
+        let (heartbeat, handled) = self.progress();
+        CellReport {
+            name: self.spec.name.clone(),
+            kind: self.spec.kind,
+            cpu: self.spec.cpu,
+            status,
+            heartbeat,
+            handled,
+        }
+    }
+
+    /// Sets the stop flag without waiting.
+    pub fn request_stop(&mut self) {
+        self.stop_sent = true;
+        self.with_ctl(|c| c.request_stop());
+    }
+}
+
+impl Drop for Cell {
+    fn drop(&mut self) {
+        if !self.stop_sent {
+            self.with_ctl(|c| c.request_stop());
+        }
+        if let Runner::Process(child) = &mut self.runner {
+            if matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(5));
+                if matches!(child.try_wait(), Ok(None)) {
+                    let _ = child.kill();
+                }
+            }
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<Child, CellError> {
+    let err = |source| CellError::Spawn {
+        cell: spec.name.clone(),
+        kind: spec.kind,
+        source,
+    };
+    let exe = cell_executable().map_err(err)?;
+    let spec_json = serde_json::to_string(spec).map_err(|e| err(std::io::Error::other(e)))?;
+    let fd = shm.fd();
+    let parent = std::process::id();
+    let mut cmd = Command::new(exe);
+    cmd.arg("__cell")
+        .arg("--fd")
+        .arg(fd.to_string())
+        .arg("--parent")
+        .arg(parent.to_string())
+        .arg("--spec")
+        .arg(spec_json);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
+    // functions (fcntl, prctl) on values copied in.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Let the region's memfd survive exec, and die with our parent rather than spin orphaned.
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0
+                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(err)
+}
+
+/// Entry of a process cell (`rtcell __cell --fd N --parent PID --spec JSON`). Returns the exit code.
+pub fn process_cell_main(fd: i32, parent: u32, spec_json: &str) -> i32 {
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } as u32 != parent {
+        eprintln!("rtcell cell: parent {parent} is gone; exiting");
+        return 3;
+    }
+    let spec: CellSpec = match serde_json::from_str(spec_json) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rtcell cell: bad --spec: {e}");
+            return 2;
+        }
+    };
+    if fd < 0 {
+        eprintln!("rtcell cell: bad --fd {fd}");
+        return 2;
+    }
+    // SAFETY: the parent passed us this inherited descriptor for our exclusive use in this process.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let shm = match SharedMemory::from_fd(owned) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rtcell cell {}: cannot map the region: {e}", spec.name);
+            return 2;
+        }
+    };
+    let region = match RegionView::attach(shm.words()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rtcell cell {}: {e}", spec.name);
+            return 2;
+        }
+    };
+    let ctl = match ControlBlock::attach(&region, &spec.name) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rtcell cell {}: no control block: {e}", spec.name);
+            return 2;
+        }
+    };
+    cell_body(&spec, &region, &ctl);
+    match ctl.state() {
+        Ok(CellState::Faulted) => 1,
+        Ok(CellState::Done) => ctl.exit_code(),
+        _ => 0,
+    }
+}
+
+/// Name of a signal number, e.g. 9 → "SIGKILL".
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}

@@ -1,0 +1,19 @@
+//! Host real-time layer: CPU sets, scheduling, memory locking, the TSC clock, and facts about the host.
+//!
+//! Everything that reads `/proc` or `/sys` goes through a [`HostRoot`], so the same code can be run
+//! against a fixture tree in tests.
+
+pub mod check;
+pub mod cpu;
+pub mod error;
+pub mod facts;
+pub mod root;
+pub mod sched;
+pub mod tsc;
+
+pub use check::{Level, Verdict, check_cell_cpu, render_text};
+pub use error::HostError;
+pub use facts::{HostFacts, StealSampler, is_root};
+pub use root::{HostRoot, ReadError};
+pub use sched::{RtRequest, SchedError, apply_rt};
+pub use tsc::{TscClock, TscError};

@@ -1,0 +1,649 @@
+//! COM-style channels: a unidirectional channel carrying several signals, in the manner of AUTOSAR COM
+//! (`Com_SendSignal`, `Com_ReceiveSignal`, signal groups, dynamic-length signals, blocking receive).
+//!
+//! Layout (words from the channel start): `nsignals | ngroups << 32`, `event` (futex), 6 reserved;
+//! `waiters` on its own line; then 2 words per signal — `id | group << 16 | flags << 32`,
+//! `offset | max_len << 32` — and 2 words per group — `id`, `slot | capacity << 32`; then the slots,
+//! each cache-line aligned. A standalone signal's `offset` is the word index of its own seqlock slot; a
+//! group member's is its byte offset inside the group's value. Each group has a slot (what receivers
+//! read) followed by the sender's shadow (where `send_signal` on a member writes until
+//! `send_signal_group` commits it), so no side needs an allocator.
+//!
+//! The table lives in shared memory, so it is re-checked on every lookup: a peer rewriting it later gets
+//! `ServiceNotAvailable`/`NotOk`, never an out-of-bounds access.
+
+use crate::region::AttachError;
+use crate::signal::{Freshness, SignalError, SignalView};
+use crate::sync::{AtomicU64, Ordering, fence, words_for};
+
+const W_COUNTS: usize = 0;
+const W_EVENT: usize = 1;
+const W_WAITERS: usize = 8;
+const TABLE: usize = 16;
+const NO_GROUP: u64 = 0xffff;
+const FLAG_DYNAMIC: u64 = 1;
+/// Most signals in one COM channel.
+pub const MAX_SIGNALS: usize = 1024;
+/// Most groups in one COM channel.
+pub const MAX_GROUPS: usize = 256;
+
+/// AUTOSAR `Std_ReturnType` / COM codes, as the C API returns them.
+pub mod code {
+    pub const E_OK: u8 = 0x00;
+    pub const E_NOT_OK: u8 = 0x01;
+    pub const COM_SERVICE_NOT_AVAILABLE: u8 = 0x80;
+    pub const COM_BUSY: u8 = 0x81;
+    /// RTE-style: no data received (queued receive, or a blocking receive that timed out).
+    pub const RTE_E_NO_DATA: u8 = 0x83;
+    /// RTE-style overlay: data was received but earlier data was lost.
+    pub const RTE_E_LOST_DATA: u8 = 0x40;
+}
+
+/// Why a COM call did not succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComError {
+    /// Unknown signal or group id, wrong length, a buffer too small, or a corrupt table entry.
+    NotOk(&'static str),
+    /// The channel is not usable (e.g. its table was corrupted by the peer).
+    ServiceNotAvailable,
+    /// The sender was mid-update on every retry.
+    Busy,
+    /// A blocking receive saw no new value before its timeout.
+    Timeout,
+}
+
+impl ComError {
+    /// The AUTOSAR return code for this error.
+    pub fn code(&self) -> u8 {
+        match self {
+            ComError::NotOk(_) => code::E_NOT_OK,
+            ComError::ServiceNotAvailable => code::COM_SERVICE_NOT_AVAILABLE,
+            ComError::Busy => code::COM_BUSY,
+            ComError::Timeout => code::RTE_E_NO_DATA,
+        }
+    }
+}
+
+impl From<SignalError> for ComError {
+    fn from(e: SignalError) -> Self {
+        match e {
+            SignalError::TooLarge { .. } => {
+                ComError::NotOk("value longer than the signal's maximum length")
+            }
+            SignalError::TooSmall { .. } => {
+                ComError::NotOk("buffer shorter than the signal's value")
+            }
+            SignalError::Busy => ComError::Busy,
+            SignalError::Corrupt(_) => ComError::ServiceNotAvailable,
+        }
+    }
+}
+
+/// One signal of a COM channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalDef {
+    pub id: u16,
+    /// Bytes; fixed-length signals always carry exactly this many.
+    pub max_len: u32,
+    /// Dynamic length (0..=max_len per send). Not allowed for group members.
+    pub dynamic: bool,
+    /// The group this signal belongs to, by group id.
+    pub group: Option<u16>,
+}
+
+/// A signal group: its members are committed and read as one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupDef {
+    pub id: u16,
+}
+
+/// Where a signal lives, checked against the channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Standalone {
+        index: usize,
+        slot: usize,
+        max_len: usize,
+        dynamic: bool,
+    },
+    Member {
+        index: usize,
+        group: usize,
+        offset: usize,
+        len: usize,
+    },
+}
+
+/// A group, checked against the channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GroupPlace {
+    index: usize,
+    slot: usize,
+    capacity: usize,
+}
+
+/// A COM channel in shared memory.
+#[derive(Clone, Copy)]
+pub struct ComView<'a> {
+    words: &'a [AtomicU64],
+    nsig: usize,
+    ngroups: usize,
+}
+
+impl<'a> ComView<'a> {
+    /// Checks the counts and every table entry.
+    pub fn attach(words: &'a [AtomicU64]) -> Result<Self, AttachError> {
+        let corrupt = |what| AttachError::Corrupt {
+            channel: None,
+            what,
+        };
+        if words.len() < TABLE {
+            return Err(corrupt("COM channel smaller than its header"));
+        }
+        let counts = words[W_COUNTS].load(Ordering::Relaxed);
+        let (nsig, ngroups) = ((counts & 0xffff_ffff) as usize, (counts >> 32) as usize);
+        if nsig > MAX_SIGNALS || ngroups > MAX_GROUPS {
+            return Err(corrupt("COM channel declares too many signals or groups"));
+        }
+        if TABLE + 2 * (nsig + ngroups) > words.len() {
+            return Err(corrupt("COM signal table runs past the channel"));
+        }
+        let view = ComView {
+            words,
+            nsig,
+            ngroups,
+        };
+        for i in 0..nsig {
+            view.place_at(i)
+                .map_err(|_| corrupt("COM signal entry out of bounds"))?;
+        }
+        for g in 0..ngroups {
+            view.group_at(g)
+                .map_err(|_| corrupt("COM group entry out of bounds"))?;
+        }
+        Ok(view)
+    }
+
+    pub fn signal_count(&self) -> usize {
+        self.nsig
+    }
+
+    pub fn group_count(&self) -> usize {
+        self.ngroups
+    }
+
+    fn table_end(&self) -> usize {
+        TABLE + 2 * (self.nsig + self.ngroups)
+    }
+
+    fn group_at(&self, g: usize) -> Result<GroupPlace, ComError> {
+        let b = self.words[TABLE + 2 * self.nsig + 2 * g + 1].load(Ordering::Relaxed);
+        let (slot, capacity) = ((b & 0xffff_ffff) as usize, (b >> 32) as usize);
+        let end = slot + SignalView::words_needed(capacity) + words_for(capacity);
+        if slot < self.table_end() || end > self.words.len() {
+            return Err(ComError::ServiceNotAvailable);
+        }
+        Ok(GroupPlace {
+            index: g,
+            slot,
+            capacity,
+        })
+    }
+
+    fn place_at(&self, i: usize) -> Result<Place, ComError> {
+        let a = self.words[TABLE + 2 * i].load(Ordering::Relaxed);
+        let b = self.words[TABLE + 2 * i + 1].load(Ordering::Relaxed);
+        let group = (a >> 16) & 0xffff;
+        let dynamic = (a >> 32) & FLAG_DYNAMIC != 0;
+        let (offset, max_len) = ((b & 0xffff_ffff) as usize, (b >> 32) as usize);
+        if group == NO_GROUP {
+            if offset < self.table_end()
+                || offset + SignalView::words_needed(max_len) > self.words.len()
+            {
+                return Err(ComError::ServiceNotAvailable);
+            }
+            Ok(Place::Standalone {
+                index: i,
+                slot: offset,
+                max_len,
+                dynamic,
+            })
+        } else {
+            let g = group as usize;
+            if g >= self.ngroups || dynamic {
+                return Err(ComError::ServiceNotAvailable);
+            }
+            let gp = self.group_at(g)?;
+            if offset
+                .checked_add(max_len)
+                .is_none_or(|end| end > gp.capacity)
+            {
+                return Err(ComError::ServiceNotAvailable);
+            }
+            Ok(Place::Member {
+                index: i,
+                group: g,
+                offset,
+                len: max_len,
+            })
+        }
+    }
+
+    fn place(&self, id: u16) -> Result<Place, ComError> {
+        for i in 0..self.nsig {
+            if self.words[TABLE + 2 * i].load(Ordering::Relaxed) & 0xffff == id as u64 {
+                return self.place_at(i);
+            }
+        }
+        Err(ComError::NotOk("unknown signal id"))
+    }
+
+    fn group(&self, id: u16) -> Result<GroupPlace, ComError> {
+        for g in 0..self.ngroups {
+            if self.words[TABLE + 2 * self.nsig + 2 * g].load(Ordering::Relaxed) & 0xffff
+                == id as u64
+            {
+                return self.group_at(g);
+            }
+        }
+        Err(ComError::NotOk("unknown signal group id"))
+    }
+
+    fn slot(&self, slot: usize, capacity: usize) -> Result<SignalView<'a>, ComError> {
+        let n = SignalView::words_needed(capacity);
+        let w = self
+            .words
+            .get(slot..slot + n)
+            .ok_or(ComError::ServiceNotAvailable)?;
+        SignalView::new(w, capacity).map_err(|_| ComError::ServiceNotAvailable)
+    }
+
+    /// Maximum length of a signal, and whether it is dynamic.
+    pub fn signal_len(&self, id: u16) -> Result<(usize, bool), ComError> {
+        Ok(match self.place(id)? {
+            Place::Standalone {
+                max_len, dynamic, ..
+            } => (max_len, dynamic),
+            Place::Member { len, .. } => (len, false),
+        })
+    }
+
+    /// Bytes a group's value takes.
+    pub fn group_len(&self, id: u16) -> Result<usize, ComError> {
+        Ok(self.group(id)?.capacity)
+    }
+
+    /// Sends a signal (sender side). A group member's value waits in the shadow until
+    /// `send_signal_group`. Fixed-length signals take exactly their length; dynamic ones up to it.
+    pub fn send_signal(&self, id: u16, data: &[u8]) -> Result<(), ComError> {
+        match self.place(id)? {
+            Place::Standalone {
+                slot,
+                max_len,
+                dynamic,
+                ..
+            } => {
+                check_len(data.len(), max_len, dynamic)?;
+                self.slot(slot, max_len)?.write(data)?;
+                self.notify();
+                Ok(())
+            }
+            Place::Member {
+                group, offset, len, ..
+            } => {
+                check_len(data.len(), len, false)?;
+                let gp = self.group_at(group)?;
+                let shadow = self.shadow(&gp)?;
+                write_bytes_at(shadow, offset, data);
+                Ok(())
+            }
+        }
+    }
+
+    fn shadow(&self, gp: &GroupPlace) -> Result<&'a [AtomicU64], ComError> {
+        let start = gp.slot + SignalView::words_needed(gp.capacity);
+        self.words
+            .get(start..start + words_for(gp.capacity))
+            .ok_or(ComError::ServiceNotAvailable)
+    }
+
+    /// Commits every member of a group written with `send_signal` as one value.
+    pub fn send_signal_group(&self, id: u16) -> Result<(), ComError> {
+        let gp = self.group(id)?;
+        let shadow = self.shadow(&gp)?;
+        self.slot(gp.slot, gp.capacity)?
+            .write_with(gp.capacity, |dst| {
+                for (d, s) in dst.iter().zip(shadow) {
+                    d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+            })?;
+        self.notify();
+        Ok(())
+    }
+
+    /// Reads a standalone signal (receiver side). `seen` remembers what this receiver read last.
+    /// Group members are read through [`ComReceiver`].
+    pub fn receive_signal(
+        &self,
+        id: u16,
+        out: &mut [u8],
+        seen: &mut u64,
+    ) -> Result<(usize, Freshness), ComError> {
+        match self.place(id)? {
+            Place::Standalone { slot, max_len, .. } => {
+                Ok(self.slot(slot, max_len)?.read(out, seen)?)
+            }
+            Place::Member { .. } => Err(ComError::NotOk(
+                "signal belongs to a group: use receive_signal_group",
+            )),
+        }
+    }
+
+    /// Reads a whole group's value into `out` (at least `group_len` bytes).
+    pub fn receive_signal_group(
+        &self,
+        id: u16,
+        out: &mut [u8],
+        seen: &mut u64,
+    ) -> Result<Freshness, ComError> {
+        let gp = self.group(id)?;
+        if out.len() < gp.capacity {
+            return Err(ComError::NotOk("buffer shorter than the signal group"));
+        }
+        let (len, fresh) = self
+            .slot(gp.slot, gp.capacity)?
+            .read(&mut out[..gp.capacity], seen)?;
+        if len != gp.capacity && fresh != Freshness::NeverWritten {
+            return Err(ComError::ServiceNotAvailable);
+        }
+        Ok(fresh)
+    }
+
+    fn notify(&self) {
+        fence(Ordering::SeqCst);
+        if self.words[W_WAITERS].load(Ordering::Relaxed) != 0 {
+            self.words[W_EVENT].fetch_add(1, Ordering::Release);
+            #[cfg(all(feature = "std", not(loom)))]
+            crate::futex::wake_all(&self.words[W_EVENT]);
+        }
+    }
+
+    /// Blocking receive of a standalone signal: waits (futex, no busy loop) until a value this receiver
+    /// has not seen arrives, or `timeout_ns` passes (`Timeout`). For sides that are allowed to sleep.
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn receive_signal_blocking(
+        &self,
+        id: u16,
+        out: &mut [u8],
+        seen: &mut u64,
+        timeout_ns: u64,
+    ) -> Result<usize, ComError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_nanos(timeout_ns);
+        loop {
+            self.words[W_WAITERS].fetch_add(1, Ordering::SeqCst);
+            let ev = self.words[W_EVENT].load(Ordering::Acquire);
+            fence(Ordering::SeqCst);
+            let got = self.receive_signal(id, out, seen);
+            let res = match got {
+                Ok((len, Freshness::New)) => Some(Ok(len)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            };
+            if res.is_none() {
+                let now = std::time::Instant::now();
+                if now < deadline {
+                    crate::futex::wait(
+                        &self.words[W_EVENT],
+                        ev,
+                        (deadline - now).as_nanos() as u64,
+                    );
+                }
+            }
+            self.words[W_WAITERS].fetch_sub(1, Ordering::SeqCst);
+            if let Some(r) = res {
+                return r;
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(ComError::Timeout);
+            }
+        }
+    }
+}
+
+fn check_len(len: usize, max: usize, dynamic: bool) -> Result<(), ComError> {
+    if len > max {
+        return Err(ComError::NotOk(
+            "value longer than the signal's maximum length",
+        ));
+    }
+    if !dynamic && len != max {
+        return Err(ComError::NotOk(
+            "fixed-length signal sent with another length",
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `data` into shared words at byte `offset`, read-modify-writing the partial words at the edges
+/// (the shadow has one writer, so this is not a race).
+fn write_bytes_at(words: &[AtomicU64], offset: usize, data: &[u8]) {
+    for (k, &b) in data.iter().enumerate() {
+        let pos = offset + k;
+        let Some(w) = words.get(pos / 8) else { return };
+        let shift = (pos % 8) * 8;
+        let v = w.load(Ordering::Relaxed);
+        w.store(
+            (v & !(0xff << shift)) | (b as u64) << shift,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// Receiver with AUTOSAR semantics for group members: `receive_signal_group` copies the group into the
+/// receiver's shadow, `receive_signal` of a member then reads from that shadow. Storage is the caller's
+/// (`shadow`: at least the largest group's length; `seen`: one word per signal and group).
+pub struct ComReceiver<'a, 'b> {
+    view: ComView<'a>,
+    shadow: &'b mut [u8],
+    seen: &'b mut [u64],
+    /// Which group the shadow currently holds.
+    shadow_group: Option<u16>,
+}
+
+impl<'a, 'b> ComReceiver<'a, 'b> {
+    /// Storage a receiver needs: (shadow bytes, seen words).
+    pub fn storage_needed(view: &ComView<'a>) -> (usize, usize) {
+        let mut shadow = 0;
+        for g in 0..view.ngroups {
+            if let Ok(gp) = view.group_at(g) {
+                shadow = shadow.max(gp.capacity);
+            }
+        }
+        (shadow, view.nsig + view.ngroups)
+    }
+
+    pub fn new(
+        view: ComView<'a>,
+        shadow: &'b mut [u8],
+        seen: &'b mut [u64],
+    ) -> Result<Self, ComError> {
+        let (need_shadow, need_seen) = Self::storage_needed(&view);
+        if shadow.len() < need_shadow || seen.len() < need_seen {
+            return Err(ComError::NotOk(
+                "receiver storage smaller than storage_needed",
+            ));
+        }
+        Ok(ComReceiver {
+            view,
+            shadow,
+            seen,
+            shadow_group: None,
+        })
+    }
+
+    pub fn view(&self) -> &ComView<'a> {
+        &self.view
+    }
+
+    /// Reads a signal: standalone from the channel, a group member from the shadow of the last
+    /// `receive_signal_group` of its group.
+    pub fn receive_signal(
+        &mut self,
+        id: u16,
+        out: &mut [u8],
+    ) -> Result<(usize, Freshness), ComError> {
+        match self.view.place(id)? {
+            Place::Standalone { index, .. } => {
+                self.view.receive_signal(id, out, &mut self.seen[index])
+            }
+            Place::Member {
+                index,
+                group,
+                offset,
+                len,
+            } => {
+                let gid = (self.view.words[TABLE + 2 * self.view.nsig + 2 * group]
+                    .load(Ordering::Relaxed)
+                    & 0xffff) as u16;
+                if self.shadow_group != Some(gid) {
+                    return Err(ComError::NotOk(
+                        "call receive_signal_group for this signal's group first",
+                    ));
+                }
+                if out.len() < len {
+                    return Err(ComError::NotOk("buffer shorter than the signal"));
+                }
+                out[..len].copy_from_slice(&self.shadow[offset..offset + len]);
+                let gseen = self.seen[self.view.nsig + group];
+                let fresh = if gseen == 0 {
+                    Freshness::NeverWritten
+                } else if self.seen[index] == gseen {
+                    Freshness::Old
+                } else {
+                    self.seen[index] = gseen;
+                    Freshness::New
+                };
+                Ok((len, fresh))
+            }
+        }
+    }
+
+    /// Copies a group's current value into the shadow.
+    pub fn receive_signal_group(&mut self, id: u16) -> Result<Freshness, ComError> {
+        let gp = self.view.group(id)?;
+        let fresh = self.view.receive_signal_group(
+            id,
+            self.shadow,
+            &mut self.seen[self.view.nsig + gp.index],
+        )?;
+        self.shadow_group = Some(id);
+        Ok(fresh)
+    }
+}
+
+/// A COM channel's configuration, for the creator (needs an allocator).
+#[cfg(feature = "std")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComConfig {
+    pub signals: std::vec::Vec<SignalDef>,
+    pub groups: std::vec::Vec<GroupDef>,
+}
+
+#[cfg(feature = "std")]
+impl ComConfig {
+    /// Word layout: (signal offsets, group slots, total words). Checks ids and lengths.
+    fn plan(
+        &self,
+    ) -> Result<(std::vec::Vec<usize>, std::vec::Vec<(usize, usize)>, usize), &'static str> {
+        use std::vec::Vec;
+        if self.signals.len() > MAX_SIGNALS || self.groups.len() > MAX_GROUPS {
+            return Err("too many signals or groups");
+        }
+        for (i, s) in self.signals.iter().enumerate() {
+            if self.signals[..i].iter().any(|t| t.id == s.id) {
+                return Err("signal id used twice");
+            }
+            if s.group.is_some() && s.dynamic {
+                return Err("a group member cannot be dynamic-length");
+            }
+            if let Some(g) = s.group {
+                if !self.groups.iter().any(|gd| gd.id == g) {
+                    return Err("signal names a group that is not declared");
+                }
+            }
+        }
+        for (i, g) in self.groups.iter().enumerate() {
+            if self.groups[..i].iter().any(|h| h.id == g.id) {
+                return Err("group id used twice");
+            }
+        }
+        let align = |w: usize| w.div_ceil(8) * 8;
+        let mut next = align(TABLE + 2 * (self.signals.len() + self.groups.len()));
+        // Group capacities: members packed in declaration order.
+        let mut member_off = Vec::with_capacity(self.signals.len());
+        let mut caps = std::vec![0usize; self.groups.len()];
+        for s in &self.signals {
+            match s.group {
+                Some(g) => {
+                    let gi = self.groups.iter().position(|gd| gd.id == g).unwrap_or(0);
+                    member_off.push(caps[gi]);
+                    caps[gi] += s.max_len as usize;
+                }
+                None => member_off.push(0),
+            }
+        }
+        let mut offsets = Vec::with_capacity(self.signals.len());
+        for (s, &moff) in self.signals.iter().zip(&member_off) {
+            if s.group.is_some() {
+                offsets.push(moff);
+            } else {
+                offsets.push(next);
+                next = align(next + SignalView::words_needed(s.max_len as usize));
+            }
+        }
+        let mut groups = Vec::with_capacity(self.groups.len());
+        for &cap in &caps {
+            groups.push((next, cap));
+            next = align(next + SignalView::words_needed(cap) + words_for(cap));
+        }
+        if next > u32::MAX as usize {
+            return Err("COM channel too large");
+        }
+        Ok((offsets, groups, next))
+    }
+
+    /// Words the channel needs.
+    pub fn words_needed(&self) -> Result<usize, &'static str> {
+        Ok(self.plan()?.2)
+    }
+
+    /// Writes the table into a zeroed channel (creator only).
+    pub(crate) fn write_table(&self, words: &[AtomicU64]) {
+        let Ok((offsets, groups, _)) = self.plan() else {
+            return;
+        };
+        words[W_COUNTS].store(
+            self.signals.len() as u64 | (self.groups.len() as u64) << 32,
+            Ordering::Relaxed,
+        );
+        for (i, (s, &off)) in self.signals.iter().zip(&offsets).enumerate() {
+            let g = match s.group {
+                Some(g) => self
+                    .groups
+                    .iter()
+                    .position(|gd| gd.id == g)
+                    .map_or(NO_GROUP, |p| p as u64),
+                None => NO_GROUP,
+            };
+            let flags = if s.dynamic { FLAG_DYNAMIC } else { 0 };
+            words[TABLE + 2 * i].store(s.id as u64 | g << 16 | flags << 32, Ordering::Relaxed);
+            words[TABLE + 2 * i + 1]
+                .store(off as u64 | (s.max_len as u64) << 32, Ordering::Relaxed);
+        }
+        let base = TABLE + 2 * self.signals.len();
+        for (g, (gd, &(slot, cap))) in self.groups.iter().zip(&groups).enumerate() {
+            words[base + 2 * g].store(gd.id as u64, Ordering::Relaxed);
+            words[base + 2 * g + 1].store(slot as u64 | (cap as u64) << 32, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! Ring: queued, variable-length messages from one producer to one consumer.
+//!
+//! Layout (all words little-endian `u64`, offsets in bytes from the start of the channel):
+//!
+//! | bytes       | written by | words                                                                 |
+//! |-------------|------------|-----------------------------------------------------------------------|
+//! | 0..64       | producer   | tail, next_seq, sent, rejected, overwritten, oldest_pos, oldest_seq, event |
+//! | 64..128     | consumer   | head, received, lost, expected                                        |
+//! | 128..192    | consumer   | waiters (sides asleep in a futex wait)                                |
+//! | 192..       | producer   | data: `capacity` bytes of frames                                      |
+//!
+//! A frame is a 16-byte header — `stamp` (its sequence number, 1, 2, ...) and `len | flags << 32` —
+//! followed by the payload padded to 16 bytes. Frames never wrap: when the rest of the data area is too
+//! short, the producer leaves a WRAP marker and writes the frame at offset 0.
+//!
+//! **Publication.** The producer writes the payload and length, zeroes the stamp of the position after the
+//! frame (the *sentinel*), and only then stores the stamp with release ordering. The consumer polls the stamp
+//! at its own position: it is either 0 (nothing yet) or exactly the sequence number it expects. So the
+//! consumer touches one cache line per small message and never reads the producer's indices — the round
+//! trip costs what a bare cache-line ping-pong costs. Anything else in the stamp means the peer wrote
+//! garbage: `Corrupt`.
+//!
+//! **Reject** (default): the producer never overwrites unread bytes. It keeps a cached copy of the
+//! consumer's `head` and reloads it only when the ring looks full; when it is still full, `try_send`
+//! returns `Full` and `rejected` grows.
+//!
+//! **OverwriteOldest**: the producer never waits. When it needs room it drops the oldest frames itself: it
+//! zeroes their stamps, advances `oldest_seq`/`oldest_pos` (published), issues a release fence and only
+//! then writes over their bytes. This is a seqlock whose version is `oldest_seq`: the consumer accepts
+//! frame `s` only if, after copying it and an acquire fence, `oldest_seq <= s` still holds — if any byte it
+//! copied came from a newer frame, the fence pairing guarantees it sees the advanced `oldest_seq`. When it
+//! finds itself lapped, it jumps to the published oldest frame (validated by that frame's own stamp) and
+//! adds the skipped count to `lost`. With a single consumer this is exact: every sequence number is either
+//! received or counted as lost.
+//!
+//! Every index, length and stamp read from shared memory is checked before use; nothing the peer writes
+//! can make either side read or write outside the channel, loop forever, or panic.
+
+use crate::sync::{AtomicU64, Ordering, copy_from_words, copy_to_words, fence};
+
+/// Bytes in a frame header.
+pub const FRAME_HEADER: usize = 16;
+/// Bytes before the data area (three cache lines: producer, consumer, waiters).
+pub const RING_CONTROL_BYTES: usize = 192;
+/// Flag in a frame header: the rest of the data area is padding, the next frame is at offset 0.
+const FLAG_WRAP: u64 = 1;
+
+// Word indices inside the control lines.
+const P_TAIL: usize = 0;
+const P_NEXT_SEQ: usize = 1;
+const P_SENT: usize = 2;
+const P_REJECTED: usize = 3;
+const P_OVERWRITTEN: usize = 4;
+const P_OLDEST_POS: usize = 5;
+const P_OLDEST_SEQ: usize = 6;
+const P_EVENT: usize = 7;
+const C_HEAD: usize = 8;
+const C_RECEIVED: usize = 9;
+const C_LOST: usize = 10;
+const C_EXPECTED: usize = 11;
+const W_WAITERS: usize = 16;
+const DATA: usize = RING_CONTROL_BYTES / 8;
+
+/// What the producer does when the consumer has not made room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overflow {
+    /// Refuse the new message (`Full`); nothing already queued is lost.
+    Reject,
+    /// Drop the oldest queued messages; the consumer learns how many it lost.
+    OverwriteOldest,
+}
+
+/// Static shape of a ring, as recorded in the region's channel table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingConfig {
+    /// Bytes of the data area (a multiple of 64).
+    pub capacity: u32,
+    /// Largest payload a frame may carry.
+    pub max_frame: u32,
+    pub overflow: Overflow,
+    /// Whether the producer wakes consumers that sleep in a futex wait (costs a fence per send).
+    pub notify: bool,
+}
+
+impl RingConfig {
+    /// A ring that holds at least `frames` frames of `max_frame` bytes.
+    pub const fn for_frames(max_frame: u32, frames: u32) -> RingConfig {
+        let frame = FRAME_HEADER as u32 + round16(max_frame);
+        let capacity = (frame * frames + FRAME_HEADER as u32).div_ceil(64) * 64;
+        RingConfig {
+            capacity,
+            max_frame,
+            overflow: Overflow::Reject,
+            notify: false,
+        }
+    }
+
+    /// Bytes the whole channel takes in the region.
+    pub const fn channel_bytes(&self) -> usize {
+        RING_CONTROL_BYTES + self.capacity as usize
+    }
+
+    /// Checks the shape: a frame of `max_frame` bytes must always fit twice, so a send can always succeed
+    /// once the consumer has caught up.
+    pub fn validate(&self) -> Result<(), &'static str> {
+        if self.capacity == 0 || self.capacity % 64 != 0 {
+            return Err("ring capacity must be a non-zero multiple of 64 bytes");
+        }
+        if self.max_frame > MAX_FRAME_LIMIT {
+            return Err("ring max_frame is above the 16 MiB limit");
+        }
+        let frame = FRAME_HEADER as u64 + round16(self.max_frame) as u64;
+        if (self.capacity as u64) < 2 * frame + FRAME_HEADER as u64 {
+            return Err(
+                "ring capacity must hold two frames of max_frame bytes plus a 16-byte header",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Largest `max_frame` a ring accepts.
+pub const MAX_FRAME_LIMIT: u32 = 16 << 20;
+
+const fn round16(n: u32) -> u32 {
+    (n + 15) & !15
+}
+
+/// Why `try_send` did not send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// No room (Reject policy); try again later.
+    Full,
+    /// Payload above the ring's `max_frame`.
+    TooLarge { len: usize, max: usize },
+    /// The consumer's index is impossible: the peer wrote garbage.
+    Corrupt(&'static str),
+}
+
+/// Why `try_recv` returned no message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvError {
+    /// Nothing queued.
+    Empty,
+    /// The next message has `len` bytes, more than the buffer given; it stays queued.
+    TooSmall { len: usize },
+    /// The shared state is impossible: the peer wrote garbage. The ring stays poisoned.
+    Corrupt(&'static str),
+}
+
+/// Counters of a ring, readable from either side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingCounters {
+    pub sent: u64,
+    pub received: u64,
+    pub rejected: u64,
+    pub overwritten: u64,
+    pub lost: u64,
+}
+
+/// Shared words of one ring channel, with its checked configuration.
+#[derive(Clone, Copy)]
+pub struct RingView<'a> {
+    words: &'a [AtomicU64],
+    cfg: RingConfig,
+    cap: u64,
+}
+
+impl<'a> RingView<'a> {
+    /// Wraps the channel's words. `words` must be exactly `cfg.channel_bytes() / 8` long.
+    pub fn new(words: &'a [AtomicU64], cfg: RingConfig) -> Result<Self, &'static str> {
+        cfg.validate()?;
+        if words.len() != cfg.channel_bytes() / 8 {
+            return Err("ring channel size does not match its capacity");
+        }
+        Ok(RingView {
+            words,
+            cfg,
+            cap: cfg.capacity as u64,
+        })
+    }
+
+    /// Writes the initial state (creator only, before anyone attaches).
+    pub fn init(&self) {
+        for w in self.words {
+            w.store(0, Ordering::Relaxed);
+        }
+        self.words[P_NEXT_SEQ].store(1, Ordering::Relaxed);
+        self.words[P_OLDEST_SEQ].store(1, Ordering::Relaxed);
+        self.words[C_EXPECTED].store(1, Ordering::Relaxed);
+    }
+
+    pub fn config(&self) -> RingConfig {
+        self.cfg
+    }
+
+    pub fn counters(&self) -> RingCounters {
+        let r = |i: usize| self.words[i].load(Ordering::Relaxed);
+        RingCounters {
+            sent: r(P_SENT),
+            received: r(C_RECEIVED),
+            rejected: r(P_REJECTED),
+            overwritten: r(P_OVERWRITTEN),
+            lost: r(C_LOST),
+        }
+    }
+
+    /// The futex word the producer bumps when a sleeping consumer waits.
+    pub fn event_word(&self) -> &'a AtomicU64 {
+        &self.words[P_EVENT]
+    }
+
+    /// Frames sent but not yet received (approximate while both sides run).
+    pub fn queued(&self) -> u64 {
+        let next = self.words[P_NEXT_SEQ].load(Ordering::Relaxed);
+        let expected = self.words[C_EXPECTED].load(Ordering::Relaxed);
+        next.saturating_sub(expected)
+    }
+
+    #[inline]
+    fn data(&self, byte_off: u64) -> &'a AtomicU64 {
+        // Offsets are reduced modulo the capacity and 8-aligned by construction; index stays in bounds.
+        &self.words[DATA + (byte_off % self.cap) as usize / 8]
+    }
+
+    /// Words of the data area starting at offset `off` (< capacity), `n` words long, bounds-checked.
+    #[inline]
+    fn data_words(&self, off: u64, n: usize) -> Option<&'a [AtomicU64]> {
+        let start = DATA + (off / 8) as usize;
+        self.words.get(start..start.checked_add(n)?)
+    }
+
+    /// The producer end. Only one may exist at a time across all processes sharing the region.
+    pub fn producer(&self) -> Producer<'a> {
+        let tail = self.words[P_TAIL].load(Ordering::Relaxed);
+        let seq = self.words[P_NEXT_SEQ].load(Ordering::Relaxed);
+        Producer {
+            ring: *self,
+            tail,
+            seq,
+            head_cache: self.words[C_HEAD].load(Ordering::Acquire),
+            oldest_pos: self.words[P_OLDEST_POS].load(Ordering::Relaxed),
+            oldest_seq: self.words[P_OLDEST_SEQ].load(Ordering::Relaxed),
+            sent: self.words[P_SENT].load(Ordering::Relaxed),
+        }
+    }
+
+    /// The consumer end. Only one may exist at a time across all processes sharing the region.
+    pub fn consumer(&self) -> Consumer<'a> {
+        Consumer {
+            ring: *self,
+            head: self.words[C_HEAD].load(Ordering::Relaxed),
+            expected: self.words[C_EXPECTED].load(Ordering::Relaxed),
+            received: self.words[C_RECEIVED].load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Sending end of a ring.
+pub struct Producer<'a> {
+    ring: RingView<'a>,
+    tail: u64,
+    seq: u64,
+    head_cache: u64,
+    oldest_pos: u64,
+    oldest_seq: u64,
+    sent: u64,
+}
+
+impl<'a> Producer<'a> {
+    /// Queues one message of `data.len()` bytes (0 allowed, up to `max_frame`).
+    pub fn try_send(&mut self, data: &[u8]) -> Result<(), SendError> {
+        let r = self.ring;
+        if data.len() > r.cfg.max_frame as usize {
+            return Err(SendError::TooLarge {
+                len: data.len(),
+                max: r.cfg.max_frame as usize,
+            });
+        }
+        let size = (FRAME_HEADER + data.len().div_ceil(16) * 16) as u64;
+        let off = self.tail % r.cap;
+        let pad = if r.cap - off < size { r.cap - off } else { 0 };
+        let start = self.tail + pad;
+        // The frame, plus the sentinel header after it, must lie in free space.
+        let end = start + size + FRAME_HEADER as u64;
+
+        match r.cfg.overflow {
+            Overflow::Reject => {
+                if end - self.head_cache > r.cap {
+                    let head = r.words[C_HEAD].load(Ordering::Acquire);
+                    if head > self.tail || self.tail - head > r.cap || head % 16 != 0 {
+                        return Err(SendError::Corrupt("consumer head outside the ring"));
+                    }
+                    self.head_cache = head;
+                    if end - head > r.cap {
+                        r.words[P_REJECTED].fetch_add(1, Ordering::Relaxed);
+                        return Err(SendError::Full);
+                    }
+                }
+            }
+            Overflow::OverwriteOldest => {
+                if end - self.oldest_pos > r.cap {
+                    self.drop_oldest_until(end)?;
+                    r.words[P_OLDEST_POS].store(self.oldest_pos, Ordering::Relaxed);
+                    r.words[P_OLDEST_SEQ].store(self.oldest_seq, Ordering::Relaxed);
+                    // Dropped stamps and the new oldest_seq become visible before any byte we overwrite.
+                    fence(Ordering::Release);
+                }
+            }
+        }
+
+        let start_off = start % r.cap;
+        let payload_words = data.len().div_ceil(8);
+        let Some(payload) = r.data_words(start_off + FRAME_HEADER as u64, payload_words) else {
+            return Err(SendError::Corrupt("frame outside the ring"));
+        };
+        copy_to_words(data, payload);
+        r.data(start_off + 8)
+            .store(data.len() as u64, Ordering::Relaxed);
+        r.data(start + size).store(0, Ordering::Relaxed); // sentinel: not published yet
+        if pad > 0 {
+            r.data(off + 8).store(FLAG_WRAP << 32, Ordering::Relaxed);
+        }
+        r.data(start_off).store(self.seq, Ordering::Release);
+        if pad > 0 {
+            // The marker is published after the frame it points to.
+            r.data(off).store(self.seq, Ordering::Release);
+        }
+
+        self.tail = start + size;
+        self.seq += 1;
+        self.sent += 1;
+        r.words[P_TAIL].store(self.tail, Ordering::Relaxed);
+        r.words[P_NEXT_SEQ].store(self.seq, Ordering::Release);
+        r.words[P_SENT].store(self.sent, Ordering::Relaxed);
+        if r.cfg.notify {
+            self.wake();
+        }
+        Ok(())
+    }
+
+    /// Drops frames from the oldest end until the bytes up to `end` are free (OverwriteOldest).
+    fn drop_oldest_until(&mut self, end: u64) -> Result<(), SendError> {
+        let r = &self.ring;
+        let head = r.words[C_HEAD].load(Ordering::Acquire);
+        while end - self.oldest_pos > r.cap {
+            if self.oldest_pos >= self.tail {
+                return Err(SendError::Corrupt("overwrite bookkeeping passed the tail"));
+            }
+            let off = self.oldest_pos % r.cap;
+            let lf = r.data(off + 8).load(Ordering::Relaxed);
+            r.data(off).store(0, Ordering::Relaxed);
+            if (lf >> 32) & FLAG_WRAP != 0 {
+                self.oldest_pos += r.cap - off;
+                continue;
+            }
+            let len = lf & 0xffff_ffff;
+            if len > r.cfg.max_frame as u64 {
+                return Err(SendError::Corrupt("queued frame length was overwritten"));
+            }
+            if self.oldest_pos >= head {
+                r.words[P_OVERWRITTEN].fetch_add(1, Ordering::Relaxed);
+            }
+            self.oldest_pos += FRAME_HEADER as u64 + len.div_ceil(16) * 16;
+            self.oldest_seq += 1;
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn wake(&self) {
+        let r = &self.ring;
+        // Pairs with the fence in `wait_for_message`: either the sleeper sees our frame, or we see it waiting.
+        fence(Ordering::SeqCst);
+        if r.words[W_WAITERS].load(Ordering::Relaxed) != 0 {
+            r.words[P_EVENT].fetch_add(1, Ordering::Release);
+            #[cfg(all(feature = "std", not(loom)))]
+            crate::futex::wake_all(&r.words[P_EVENT]);
+        }
+    }
+
+    pub fn view(&self) -> &RingView<'a> {
+        &self.ring
+    }
+}
+
+/// Receiving end of a ring.
+pub struct Consumer<'a> {
+    ring: RingView<'a>,
+    head: u64,
+    expected: u64,
+    received: u64,
+}
+
+impl<'a> Consumer<'a> {
+    /// Takes the next message into `out`, returning its length.
+    pub fn try_recv(&mut self, out: &mut [u8]) -> Result<usize, RecvError> {
+        match self.ring.cfg.overflow {
+            Overflow::Reject => self.recv_reject(out),
+            Overflow::OverwriteOldest => {
+                // A producer that laps us again while we resync makes us retry; a bounded number of times
+                // so a runaway peer cannot hold us here.
+                for _ in 0..8 {
+                    match self.recv_overwrite(out) {
+                        Err(Lapped) => continue,
+                        Ok(r) => return r,
+                    }
+                }
+                Err(RecvError::Empty)
+            }
+        }
+    }
+
+    /// Reads the header at the consumer's position. Returns (frame start position, payload length).
+    #[inline]
+    fn locate(&self, stamp: u64) -> Result<(u64, usize), RecvError> {
+        let r = &self.ring;
+        let off = self.head % r.cap;
+        let lf = r.data(off + 8).load(Ordering::Relaxed);
+        let mut start = self.head;
+        let mut len_flags = lf;
+        if (lf >> 32) & FLAG_WRAP != 0 {
+            if lf & 0xffff_ffff != 0 || off == 0 {
+                return Err(RecvError::Corrupt("malformed wrap marker"));
+            }
+            start = self.head + (r.cap - off);
+            if r.data(0).load(Ordering::Acquire) != stamp {
+                return Err(RecvError::Corrupt(
+                    "wrap marker without a frame at offset 0",
+                ));
+            }
+            len_flags = r.data(8).load(Ordering::Relaxed);
+        }
+        if len_flags >> 32 != 0 {
+            return Err(RecvError::Corrupt("unknown frame flags"));
+        }
+        let len = (len_flags & 0xffff_ffff) as usize;
+        if len > r.cfg.max_frame as usize {
+            return Err(RecvError::Corrupt("frame length above max_frame"));
+        }
+        let end = start % r.cap + (FRAME_HEADER + len.div_ceil(16) * 16) as u64;
+        if end > r.cap {
+            return Err(RecvError::Corrupt("frame runs past the end of the ring"));
+        }
+        Ok((start, len))
+    }
+
+    #[inline]
+    fn copy_out(&self, start: u64, len: usize, out: &mut [u8]) -> Result<(), RecvError> {
+        let Some(src) = self
+            .ring
+            .data_words(start % self.ring.cap + FRAME_HEADER as u64, len.div_ceil(8))
+        else {
+            return Err(RecvError::Corrupt("frame outside the ring"));
+        };
+        copy_from_words(src, &mut out[..len]);
+        Ok(())
+    }
+
+    #[inline]
+    fn commit(&mut self, start: u64, len: usize) {
+        let r = &self.ring;
+        self.head = start + (FRAME_HEADER + len.div_ceil(16) * 16) as u64;
+        self.expected += 1;
+        self.received += 1;
+        r.words[C_HEAD].store(self.head, Ordering::Release);
+        r.words[C_EXPECTED].store(self.expected, Ordering::Relaxed);
+        r.words[C_RECEIVED].store(self.received, Ordering::Relaxed);
+    }
+
+    fn recv_reject(&mut self, out: &mut [u8]) -> Result<usize, RecvError> {
+        let stamp = self
+            .ring
+            .data(self.head % self.ring.cap)
+            .load(Ordering::Acquire);
+        if stamp != self.expected {
+            return Err(if stamp == 0 {
+                RecvError::Empty
+            } else {
+                RecvError::Corrupt("frame stamp is not the expected sequence number")
+            });
+        }
+        let (start, len) = self.locate(stamp)?;
+        if len > out.len() {
+            return Err(RecvError::TooSmall { len });
+        }
+        self.copy_out(start, len, out)?;
+        self.commit(start, len);
+        Ok(len)
+    }
+
+    fn recv_overwrite(&mut self, out: &mut [u8]) -> Result<Result<usize, RecvError>, Lapped> {
+        let r = self.ring;
+        let stamp = r.data(self.head % r.cap).load(Ordering::Acquire);
+        let oldest = r.words[P_OLDEST_SEQ].load(Ordering::Relaxed);
+        if oldest > self.expected {
+            self.resync()?;
+            return Err(Lapped);
+        }
+        if stamp != self.expected {
+            return Ok(Err(if stamp == 0 {
+                RecvError::Empty
+            } else {
+                RecvError::Corrupt("frame stamp is not the expected sequence number")
+            }));
+        }
+        let (start, len) = match self.locate(stamp) {
+            Ok(v) => v,
+            // What we read may have been torn by the producer overwriting it: only trust the error if the
+            // frame was not dropped meanwhile.
+            Err(e) => return self.unless_dropped(Err(e)),
+        };
+        if len > out.len() {
+            return self.unless_dropped(Err(RecvError::TooSmall { len }));
+        }
+        if let Err(e) = self.copy_out(start, len, out) {
+            return self.unless_dropped(Err(e));
+        }
+        fence(Ordering::Acquire);
+        if r.words[P_OLDEST_SEQ].load(Ordering::Relaxed) > self.expected {
+            return Err(Lapped);
+        }
+        self.commit(start, len);
+        Ok(Ok(len))
+    }
+
+    fn unless_dropped(
+        &self,
+        res: Result<usize, RecvError>,
+    ) -> Result<Result<usize, RecvError>, Lapped> {
+        fence(Ordering::Acquire);
+        if self.ring.words[P_OLDEST_SEQ].load(Ordering::Relaxed) > self.expected {
+            Err(Lapped)
+        } else {
+            Ok(res)
+        }
+    }
+
+    /// Jumps to the oldest frame the producer still holds, counting what we skipped as lost.
+    fn resync(&mut self) -> Result<(), Lapped> {
+        let r = &self.ring;
+        let seq = r.words[P_OLDEST_SEQ].load(Ordering::Acquire);
+        let pos = r.words[P_OLDEST_POS].load(Ordering::Acquire);
+        if pos % 16 != 0 || seq <= self.expected || pos < self.head {
+            return Err(Lapped); // mid-update or impossible: try again, bounded by the caller
+        }
+        // The pair is consistent only if the frame there carries that sequence number.
+        if r.data(pos % r.cap).load(Ordering::Acquire) != seq {
+            return Err(Lapped);
+        }
+        let skipped = seq - self.expected;
+        self.head = pos;
+        self.expected = seq;
+        r.words[C_LOST].fetch_add(skipped, Ordering::Relaxed);
+        r.words[C_HEAD].store(self.head, Ordering::Release);
+        r.words[C_EXPECTED].store(self.expected, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether a message may be waiting (a cheap poll; `try_recv` is the authority).
+    #[inline]
+    pub fn has_message(&self) -> bool {
+        self.ring
+            .data(self.head % self.ring.cap)
+            .load(Ordering::Acquire)
+            != 0
+    }
+
+    /// Sleeps until the producer sends (requires a ring created with `notify`) or `timeout_ns` passes.
+    /// Returns at once if a message is already waiting. Spurious wake-ups are possible: call `try_recv`.
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn wait_for_message(&self, timeout_ns: u64) {
+        let r = &self.ring;
+        r.words[W_WAITERS].fetch_add(1, Ordering::SeqCst);
+        let seen = r.words[P_EVENT].load(Ordering::Acquire);
+        fence(Ordering::SeqCst);
+        if !self.has_message() {
+            crate::futex::wait(&r.words[P_EVENT], seen, timeout_ns);
+        }
+        r.words[W_WAITERS].fetch_sub(1, Ordering::SeqCst);
+    }
+
+    pub fn view(&self) -> &RingView<'a> {
+        &self.ring
+    }
+}
+
+/// Internal: the producer overwrote what we were reading.
+struct Lapped;

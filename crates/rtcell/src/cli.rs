@@ -1,0 +1,456 @@
+//! Subcommands: check, bench, and the hidden cell entry of process cells.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand};
+use rtcell_bench::SuiteRun;
+use rtcell_bench::c2c::C2cConfig;
+use rtcell_bench::loads::Load;
+use rtcell_bench::loopback::{self, LoopbackConfig, Notify};
+use rtcell_cells::CellKind;
+use rtcell_host::facts::{HostFacts, StealSampler};
+use rtcell_host::tsc::TscClock;
+use rtcell_report::Results;
+
+/// Exit status for bad input (as clap uses).
+const EXIT_USAGE: i32 = 2;
+/// Exit status of a run stopped by Ctrl-C (after writing what was measured).
+const EXIT_INTERRUPTED: i32 = 130;
+
+#[derive(Parser)]
+#[command(
+    name = "rtcell",
+    version,
+    about = "Run hard real-time control loops in isolated cells on stock Linux, and prove their timing",
+    after_help = "Examples:\n  rtcell check --cpu 1\n  rtcell bench loopback --quick\n  rtcell bench c2c --cpus 0,1"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Report host facts and what hurts real time on the cell CPU, each with its fix.
+    #[command(
+        after_help = "Examples:\n  rtcell check              # the default cell CPU (the last online CPU)\n  rtcell check --cpu 1 --json"
+    )]
+    Check {
+        /// The CPU a cell would run on (default: the last online CPU).
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// Print the verdicts as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a benchmark suite and write DIR/results.json.
+    Bench {
+        #[command(subcommand)]
+        suite: Suite,
+    },
+    /// Internal: the body of a process cell (started by rtcell itself).
+    #[command(name = "__cell", hide = true)]
+    Cell {
+        #[arg(long)]
+        fd: i32,
+        #[arg(long)]
+        parent: u32,
+        #[arg(long)]
+        spec: String,
+    },
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Output directory for results.json (default: rtcell-results/<timestamp>-<suite>/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// A short run (fewer iterations) for a first look or CI.
+    #[arg(long)]
+    quick: bool,
+}
+
+#[derive(Subcommand)]
+enum Suite {
+    /// Cache-line ping-pong between two CPUs: the floor under every shared-memory channel.
+    #[command(
+        after_help = "Examples:\n  rtcell bench c2c\n  rtcell bench c2c --cpus 0,1 --samples 1000000"
+    )]
+    C2c {
+        /// The two CPUs, e.g. 0,1 (default: the first and the last online CPU).
+        #[arg(long, value_delimiter = ',', num_args = 2)]
+        cpus: Option<Vec<usize>>,
+        /// Individually timed round trips (default 1,000,000; --quick 100,000).
+        #[arg(long)]
+        samples: Option<usize>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Seed 000 Table I: master -> cell -> master round trip over shared memory, every byte checked.
+    #[command(
+        after_help = "Examples:\n  rtcell bench loopback --quick\n  rtcell bench loopback --cell thread --sizes 0,64,1024 --iterations 1000000\n  rtcell bench loopback --notify poll,futex --load memcpy --out /tmp/lb"
+    )]
+    Loopback {
+        /// Payload sizes in bytes (default 0,1,8,16,32,64,128,256,512,1024; at most 65536).
+        #[arg(long, value_delimiter = ',')]
+        sizes: Option<Vec<usize>>,
+        /// Round trips per size (default 1,000,000; --quick 100,000).
+        #[arg(long)]
+        iterations: Option<usize>,
+        /// Cell kinds to measure.
+        #[arg(long, value_delimiter = ',', default_value = "thread,process")]
+        cell: Vec<String>,
+        /// How the idle side waits: poll (busy-poll shared memory) or futex (sleep until woken).
+        #[arg(long, value_delimiter = ',', default_value = "poll")]
+        notify: Vec<String>,
+        /// Interference load on the non-cell CPUs: none or memcpy (20 MiB memcpy loop).
+        #[arg(long, default_value = "none")]
+        load: String,
+        /// The cell CPU (default: the last online CPU).
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// The master loop's CPU (default: the first online CPU that is not the cell's).
+        #[arg(long)]
+        master_cpu: Option<usize>,
+        /// Skip the pipe baseline.
+        #[arg(long)]
+        no_baseline: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// A usage error: printed, exit status 2.
+struct Usage(String);
+
+fn usage<T>(msg: impl Into<String>) -> Result<T, Usage> {
+    Err(Usage(msg.into()))
+}
+
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Cell { fd, parent, spec } => rtcell_cells::process_cell_main(fd, parent, &spec),
+        Cmd::Check { cpu, json } => check(cpu, json),
+        Cmd::Bench { suite } => match bench(suite) {
+            Ok(code) => code,
+            Err(Usage(m)) => {
+                eprintln!("error: {m}");
+                EXIT_USAGE
+            }
+        },
+    }
+}
+
+fn online() -> Vec<usize> {
+    rtcell_host::cpu::online_cpus().unwrap_or_else(|_| vec![0])
+}
+
+fn check_cpu(cpu: usize, what: &str, online: &[usize]) -> Result<usize, Usage> {
+    if !online.contains(&cpu) {
+        return usage(format!(
+            "{what} CPU {cpu} does not exist or is offline; online CPUs: {}",
+            rtcell_host::cpu::format_cpu_list(online)
+        ));
+    }
+    Ok(cpu)
+}
+
+/// (master CPU, cell CPU) from the options, checked.
+fn pick_cpus(master: Option<usize>, cell: Option<usize>) -> Result<(usize, usize), Usage> {
+    let online = online();
+    let cell = match cell {
+        Some(c) => check_cpu(c, "cell (--cpu)", &online)?,
+        None => *online.last().unwrap_or(&0),
+    };
+    let master = match master {
+        Some(m) => check_cpu(m, "master (--master-cpu)", &online)?,
+        None => match online.iter().find(|&&c| c != cell) {
+            Some(&m) => m,
+            None => return usage("a cell needs a CPU of its own: this machine has one online CPU"),
+        },
+    };
+    if master == cell {
+        return usage(format!(
+            "the cell CPU and the master CPU are both {cell}: give the cell a CPU of its own (--cpu N, --master-cpu M)"
+        ));
+    }
+    Ok((master, cell))
+}
+
+fn check(cpu: Option<usize>, json: bool) -> i32 {
+    let online = online();
+    let cpu = cpu.unwrap_or(*online.last().unwrap_or(&0));
+    let root = rtcell_host::root::HostRoot::system();
+    let mut verdicts = rtcell_host::check::check_cell_cpu(&root, cpu);
+    for (name, pid) in rtcell_shm::mapping::SharedMemory::stale_named() {
+        verdicts.push(rtcell_host::check::Verdict {
+            item: "stale region".into(),
+            level: rtcell_host::check::Level::Warn,
+            detail: format!(
+                "/dev/shm/rtcell.{name} was left by process {pid}, which is no longer running"
+            ),
+            fix: Some(format!("rm /dev/shm/rtcell.{name}")),
+        });
+    }
+    let tsc_khz = TscClock::calibrate().ok().map(|t| t.khz());
+    let facts = HostFacts::collect(tsc_khz);
+    if json {
+        let doc = serde_json::json!({ "cpu": cpu, "host": facts, "verdicts": verdicts });
+        match serde_json::to_string_pretty(&doc) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 1;
+            }
+        }
+    } else {
+        println!("{}", host_summary(&facts));
+        println!();
+        println!("Cell CPU {cpu}:");
+        println!("{}", rtcell_host::check::render_text(&verdicts));
+    }
+    0
+}
+
+fn host_summary(f: &HostFacts) -> String {
+    format!(
+        "Host: {} ({} CPUs), kernel {}, preemption {}, {}, KVM {}, TSC {}",
+        f.cpu_model,
+        f.cpus,
+        f.kernel,
+        f.preempt,
+        match &f.hypervisor {
+            Some(h) => format!("running under hypervisor {h}"),
+            None => "bare metal".into(),
+        },
+        f.kvm,
+        f.tsc_khz.map_or("unavailable".into(), |k| format!(
+            "{:.3} GHz",
+            k as f64 / 1e6
+        )),
+    )
+}
+
+fn default_out(suite: &str) -> PathBuf {
+    let ts = rtcell_report::doc::rfc3339_utc(std::time::SystemTime::now()).replace([':', '-'], "");
+    let ts = ts.split('.').next().unwrap_or(&ts).to_string();
+    PathBuf::from("rtcell-results").join(format!("{ts}-{suite}"))
+}
+
+fn bench(suite: Suite) -> Result<i32, Usage> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    // Validate everything before anything starts.
+    let (name, common, plan) = match suite {
+        Suite::C2c {
+            cpus,
+            samples,
+            common,
+        } => {
+            let (a, b) = match cpus.as_deref() {
+                Some([a, b]) => {
+                    let online = online();
+                    (
+                        check_cpu(*a, "first (--cpus)", &online)?,
+                        check_cpu(*b, "second (--cpus)", &online)?,
+                    )
+                }
+                _ => pick_cpus(None, None)?,
+            };
+            if a == b {
+                return usage(format!("--cpus {a},{b}: give two different CPUs"));
+            }
+            let samples = samples.unwrap_or(if common.quick { 100_000 } else { 1_000_000 });
+            if samples == 0 {
+                return usage("--samples 0: give at least 1");
+            }
+            let cfg = C2cConfig {
+                cpu_a: a,
+                cpu_b: b,
+                samples,
+                batches: if common.quick { 100 } else { 1000 },
+                batch: 1000,
+                priority: Some(80),
+            };
+            ("c2c", common, Plan::C2c(cfg))
+        }
+        Suite::Loopback {
+            sizes,
+            iterations,
+            cell,
+            notify,
+            load,
+            cpu,
+            master_cpu,
+            no_baseline,
+            common,
+        } => {
+            let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
+            let sizes = sizes.unwrap_or_else(|| loopback::DEFAULT_SIZES.to_vec());
+            if sizes.is_empty() {
+                return usage("--sizes is empty: give at least one payload size");
+            }
+            if let Some(&s) = sizes.iter().find(|&&s| s > loopback::MAX_PAYLOAD) {
+                return usage(format!(
+                    "--sizes: {s} bytes is above the maximum frame of {} bytes; use sizes up to {}",
+                    loopback::MAX_PAYLOAD,
+                    loopback::MAX_PAYLOAD
+                ));
+            }
+            let iterations = iterations.unwrap_or(if common.quick { 100_000 } else { 1_000_000 });
+            if iterations == 0 {
+                return usage("--iterations 0: give at least 1 round trip per size");
+            }
+            let mut cells = Vec::new();
+            for c in &cell {
+                if c == "kvm" {
+                    return usage(
+                        "--cell kvm: KVM micro-VM cells are not built yet; use thread or process",
+                    );
+                }
+                let k: CellKind = c.parse().map_err(|e| Usage(format!("--cell: {e}")))?;
+                if !cells.contains(&k) {
+                    cells.push(k);
+                }
+            }
+            let mut notifies = Vec::new();
+            for n in &notify {
+                let k: Notify = n.parse().map_err(|e| Usage(format!("--notify: {e}")))?;
+                if !notifies.contains(&k) {
+                    notifies.push(k);
+                }
+            }
+            let load: Load = load.parse().map_err(|e| Usage(format!("--load: {e}")))?;
+            let cfg = LoopbackConfig {
+                master_cpu: master,
+                cell_cpu,
+                sizes,
+                iterations,
+                cells,
+                notify: notifies,
+                load,
+                pipe_baseline: !no_baseline,
+                c2c_floor: true,
+                master_priority: Some(80),
+                cell_priority: Some(90),
+                seed: 0x5eed_0000_0000_0001,
+            };
+            ("loopback", common, Plan::Loopback(cfg))
+        }
+    };
+    let out = common.out.clone().unwrap_or_else(|| default_out(name));
+    if out.exists() && out.join(rtcell_report::doc::RESULTS_FILE).exists() {
+        return usage(format!(
+            "--out {}: it already holds a results.json; pick another directory or remove it",
+            out.display()
+        ));
+    }
+
+    let tsc = match TscClock::calibrate() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(1);
+        }
+    };
+    install_ctrlc();
+    let facts = HostFacts::collect(Some(tsc.khz()));
+    eprintln!("{}", host_summary(&facts));
+    let git = Some(env!("RTCELL_GIT").to_string()).filter(|s| !s.is_empty());
+    let mut results = Results::new(env!("CARGO_PKG_VERSION"), git, Some(command), facts);
+    let started = Instant::now();
+    let steal = StealSampler::start();
+
+    let run = match plan {
+        Plan::C2c(cfg) => rtcell_bench::c2c::run(&tsc, &cfg),
+        Plan::Loopback(cfg) => loopback::run(&tsc, &cfg),
+    };
+    let run: SuiteRun = match run {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {name}: {e}");
+            return Ok(1);
+        }
+    };
+    results.host.steal_pct = steal.finish();
+    results.finish(started);
+    results.warnings.extend(host_warnings(&results.host));
+    results.warnings.extend(run.warnings.iter().cloned());
+    results.incomplete = run.incomplete;
+    results.suites.push(run.suite);
+
+    println!("{}", run.text);
+    if !results.warnings.is_empty() {
+        println!("Warnings:");
+        for w in &results.warnings {
+            println!("  - {w}");
+        }
+    }
+    match results.write_to_dir(&out) {
+        Ok(path) => println!("\nresults: {}", path.display()),
+        Err(e) => {
+            eprintln!("error: could not write the results: {e}");
+            return Ok(1);
+        }
+    }
+    if run.incomplete {
+        eprintln!("interrupted: the results cover only what ran before Ctrl-C (marked incomplete)");
+        return Ok(EXIT_INTERRUPTED);
+    }
+    if run.errors > 0 {
+        eprintln!(
+            "FAILED: {} measurement errors (see the errors column)",
+            run.errors
+        );
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+enum Plan {
+    C2c(C2cConfig),
+    Loopback(LoopbackConfig),
+}
+
+/// Conditions that change how every figure of the run must be read.
+fn host_warnings(h: &HostFacts) -> Vec<String> {
+    let mut w = Vec::new();
+    if let Some(hv) = &h.hypervisor {
+        w.push(format!(
+            "host is a virtual machine ({hv}){}: the outer hypervisor preempts our vCPUs, so maxima include its delays",
+            h.steal_pct.map_or(String::new(), |s| format!(", {s:.2}% of CPU time stolen during the run"))
+        ));
+    }
+    if h.preempt != "rt" {
+        w.push(format!(
+            "kernel preemption model is {:?}, not PREEMPT_RT",
+            h.preempt
+        ));
+    }
+    if h.isolated_cpus.is_empty() {
+        w.push(
+            "no CPU is isolated (isolcpus/nohz_full): the cell CPU also runs kernel housekeeping"
+                .into(),
+        );
+    }
+    w
+}
+
+fn install_ctrlc() {
+    let r = ctrlc::set_handler(|| {
+        if rtcell_bench::stop_requested() {
+            // Second Ctrl-C: the user wants out now.
+            std::process::exit(EXIT_INTERRUPTED);
+        }
+        eprintln!(
+            "\nstopping: finishing the current step and writing what was measured (Ctrl-C again to abort)"
+        );
+        rtcell_bench::request_stop();
+    });
+    if let Err(e) = r {
+        eprintln!(
+            "warning: Ctrl-C handler not installed ({e}); an interrupted run will not be saved"
+        );
+    }
+}

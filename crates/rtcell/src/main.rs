@@ -1,0 +1,7 @@
+//! The `rtcell` command line.
+
+mod cli;
+
+fn main() {
+    std::process::exit(cli::main());
+}
