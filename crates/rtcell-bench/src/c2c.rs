@@ -219,5 +219,6 @@ pub fn run(tsc: &TscClock, cfg: &C2cConfig) -> Result<SuiteRun, BenchError> {
         warnings: m.warnings,
         incomplete: m.incomplete,
         errors: 0,
+        failure: None,
     })
 }

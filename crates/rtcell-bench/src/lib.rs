@@ -34,6 +34,9 @@ pub struct SuiteRun {
     pub incomplete: bool,
     /// Measurement errors (payload mismatches, lost messages): a run with any is a failed run.
     pub errors: u64,
+    /// The run broke off (a cell died, a channel was corrupted): what, where. What was measured before
+    /// is kept in `suite`.
+    pub failure: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

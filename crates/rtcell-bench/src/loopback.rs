@@ -217,7 +217,7 @@ fn run_cell(
     pool: &[u8],
     tsc: &TscClock,
     warnings: &mut Vec<String>,
-) -> Result<(TransportRun, bool), BenchError> {
+) -> Result<(TransportRun, bool, Option<BenchError>), BenchError> {
     let max_size = cfg.sizes.iter().copied().max().unwrap_or(0).max(4096);
     let mut ring = RingConfig::for_frames(max_size as u32, 4);
     ring.notify = notify == Notify::Futex;
@@ -257,17 +257,26 @@ fn run_cell(
 
     let mut sizes = Vec::new();
     let mut incomplete = false;
+    let mut broke_off = None;
     for &size in &cfg.sizes {
         eprintln!(
             "loopback: {kind} cell, notify {}, {size} B x {} ...",
             notify.as_str(),
             cfg.iterations
         );
-        let (run, stopped) = measure_cell_size(cfg, notify, &region, &mut cell, size, pool, tsc)?;
-        sizes.push(run);
-        if stopped {
-            incomplete = true;
-            break;
+        match measure_cell_size(cfg, notify, &region, &mut cell, size, pool, tsc) {
+            Ok((run, stopped)) => {
+                sizes.push(run);
+                if stopped {
+                    incomplete = true;
+                    break;
+                }
+            }
+            Err(e) => {
+                broke_off = Some(e);
+                incomplete = true;
+                break;
+            }
         }
     }
     let report = cell.stop(Duration::from_secs(2));
@@ -287,6 +296,7 @@ fn run_cell(
             start_time: Some(start_time),
         },
         incomplete,
+        broke_off,
     ))
 }
 
@@ -382,8 +392,12 @@ pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError>
     'outer: for &kind in &cfg.cells {
         for &notify in &cfg.notify {
             match run_cell(cfg, kind, notify, &pool, tsc, &mut warnings) {
-                Ok((r, stopped)) => {
+                Ok((r, stopped, broke_off)) => {
                     runs.push(r);
+                    if let Some(e) = broke_off {
+                        outcome = Err(e);
+                        break 'outer;
+                    }
                     if stopped {
                         incomplete = true;
                         break 'outer;
@@ -429,8 +443,17 @@ pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError>
         }
     }
     let load_bps = load.stop();
-    outcome?;
-    Ok(build(tsc, cfg, runs, floor, load_bps, warnings, incomplete))
+    // A run that broke off still reports what it measured, marked incomplete and failed.
+    let failure = outcome.err().map(|e| e.to_string());
+    if failure.is_some() {
+        incomplete = true;
+    }
+    let mut run = build(tsc, cfg, runs, floor, load_bps, warnings, incomplete);
+    if let Some(f) = &failure {
+        run.warnings.push(format!("run broke off: {f}"));
+    }
+    run.failure = failure;
+    Ok(run)
 }
 
 fn labels_for(
@@ -509,7 +532,7 @@ fn build(
                 s.errors,
             );
             total_errors += s.errors;
-            let st: Stats = ser.stats.clone();
+            let st: Stats = ser.stats;
             let secs = tsc.ticks_to_ns(s.elapsed_ticks) / 1e9;
             // Payload bytes moved per second, both directions, over the whole timed loop.
             let mbps = if secs > 0.0 {
@@ -623,6 +646,7 @@ fn build(
         warnings,
         incomplete,
         errors: total_errors,
+        failure: None,
     }
 }
 

@@ -866,14 +866,17 @@ fn check_fair_server(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
                 .err()
                 .map(|e| e.to_string())
                 .unwrap_or_else(|| format!("could not read {runtime_path}"));
-            let v = if root.exists("/sys/kernel/debug/sched") {
-                Verdict::warn(
+            let v = match std::fs::metadata(root.path("/sys/kernel/debug/sched")) {
+                Ok(_) => Verdict::warn(
                     ITEM,
                     format!("{e} (this kernel has no fair server controls)"),
-                )
-            } else {
-                Verdict::warn(ITEM, format!("{e} (debugfs is not mounted)"))
-                    .with_fix("mount -t debugfs none /sys/kernel/debug, then run the check again")
+                ),
+                Err(m) if m.kind() == std::io::ErrorKind::PermissionDenied => {
+                    Verdict::warn(ITEM, format!("{e} (debugfs is readable by root only)"))
+                        .with_fix("run the check as root")
+                }
+                Err(_) => Verdict::warn(ITEM, format!("{e} (debugfs is not mounted)"))
+                    .with_fix("mount -t debugfs none /sys/kernel/debug, then run the check again"),
             };
             out.push(v);
         }

@@ -339,6 +339,8 @@ pub fn memlock_cap() -> Option<u64> {
         return None;
     }
     match rlimit(libc::RLIMIT_MEMLOCK) {
+        // rlim_t is narrower than u64 on some 32-bit targets.
+        #[allow(clippy::unnecessary_cast)]
         Some(r) if r != libc::RLIM_INFINITY => Some(r as u64),
         _ => None,
     }

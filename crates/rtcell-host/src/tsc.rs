@@ -85,6 +85,7 @@ pub const CALIBRATION_ATTEMPTS: u32 = 5;
 /// within a few hundred ppm of the truth; beyond this one of them is wrong and timings would be too.
 pub const REFERENCE_TOLERANCE_PPM: f64 = 2000.0;
 /// A (clock, TSC) pair whose clock readings straddle more than this was interrupted; resample.
+#[cfg(target_arch = "x86_64")]
 const MAX_BRACKET_NS: u64 = 10_000;
 
 #[derive(Debug, thiserror::Error)]
@@ -255,6 +256,7 @@ pub fn check_tsc_flags(cpuinfo: &str) -> Result<(), TscError> {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 fn ppm_apart(a: f64, b: f64) -> f64 {
     (a - b).abs() / ((a + b) / 2.0) * 1e6
 }
@@ -474,6 +476,43 @@ mod tests {
         assert_eq!(parse_mhz_as_khz("3000 MHz processor"), Some(3_000_000));
         assert_eq!(parse_mhz_as_khz("3000.1234 MHz"), None);
         assert_eq!(parse_mhz_as_khz("abc MHz"), None);
+    }
+
+    #[test]
+    fn calibration_rejects_unstable_tsc_and_wrong_kernel_figure() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = dir.path();
+        std::fs::create_dir_all(b.join("proc")).unwrap();
+        std::fs::create_dir_all(b.join("dev")).unwrap();
+        std::fs::write(b.join("proc/cpuinfo"), "flags\t\t: fpu tsc nonstop_tsc\n").unwrap();
+        let root = HostRoot::at(b);
+        let e = TscClock::calibrate_in(&root).unwrap_err();
+        assert!(
+            matches!(&e, TscError::Unstable { missing } if missing == &vec!["constant_tsc"]),
+            "{e}"
+        );
+
+        if cfg!(target_arch = "x86_64") {
+            std::fs::write(
+                b.join("proc/cpuinfo"),
+                "flags\t\t: fpu tsc constant_tsc nonstop_tsc\n",
+            )
+            .unwrap();
+            // A kernel figure far from any real TSC rate: the measurement must be refused.
+            std::fs::write(
+                b.join("dev/kmsg"),
+                "6,1,0,-;tsc: Detected 1.000 MHz processor\n",
+            )
+            .unwrap();
+            match TscClock::calibrate_in(&root) {
+                Err(TscError::ReferenceMismatch { reference_khz, .. }) => {
+                    assert_eq!(reference_khz, 1000)
+                }
+                // Calibration can also fail to settle on a busy machine; anything else is a bug.
+                Err(TscError::Unsettled { .. }) => {}
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -549,12 +549,14 @@ pub struct ComConfig {
     pub groups: std::vec::Vec<GroupDef>,
 }
 
+/// Word layout of a COM channel: signal offsets, group (slot, capacity), total words.
+#[cfg(feature = "std")]
+type ComPlan = (std::vec::Vec<usize>, std::vec::Vec<(usize, usize)>, usize);
+
 #[cfg(feature = "std")]
 impl ComConfig {
     /// Word layout: (signal offsets, group slots, total words). Checks ids and lengths.
-    fn plan(
-        &self,
-    ) -> Result<(std::vec::Vec<usize>, std::vec::Vec<(usize, usize)>, usize), &'static str> {
+    fn plan(&self) -> Result<ComPlan, &'static str> {
         use std::vec::Vec;
         if self.signals.len() > MAX_SIGNALS || self.groups.len() > MAX_GROUPS {
             return Err("too many signals or groups");

@@ -348,11 +348,22 @@ impl<'a> Producer<'a> {
                 return Err(SendError::Corrupt("overwrite bookkeeping passed the tail"));
             }
             let off = self.oldest_pos % r.cap;
-            let lf = r.data(off + 8).load(Ordering::Relaxed);
+            let mut lf = r.data(off + 8).load(Ordering::Relaxed);
             r.data(off).store(0, Ordering::Relaxed);
             if (lf >> 32) & FLAG_WRAP != 0 {
+                // A WRAP marker carries the stamp of the frame at offset 0 and is where the consumer looks for
+                // that frame: drop the two together, so that `oldest_seq` has moved past the frame before the
+                // marker's bytes are reused. (Dropping the marker alone would let a consumer waiting there
+                // read the new bytes as that frame's header, unnoticed.)
                 self.oldest_pos += r.cap - off;
-                continue;
+                if self.oldest_pos >= self.tail {
+                    return Err(SendError::Corrupt("overwrite bookkeeping passed the tail"));
+                }
+                lf = r.data(8).load(Ordering::Relaxed);
+                r.data(0).store(0, Ordering::Relaxed);
+                if (lf >> 32) & FLAG_WRAP != 0 {
+                    return Err(SendError::Corrupt("queued frame length was overwritten"));
+                }
             }
             let len = lf & 0xffff_ffff;
             if len > r.cfg.max_frame as u64 {
@@ -424,10 +435,16 @@ impl<'a> Consumer<'a> {
                 return Err(RecvError::Corrupt("malformed wrap marker"));
             }
             start = self.head + (r.cap - off);
-            if r.data(0).load(Ordering::Acquire) != stamp {
-                return Err(RecvError::Corrupt(
-                    "wrap marker without a frame at offset 0",
-                ));
+            let at0 = r.data(0).load(Ordering::Acquire);
+            if at0 != stamp {
+                // An OverwriteOldest producer zeroes the stamps of the frames it drops before it publishes the
+                // new `oldest_seq`: a zero here can be that frame being dropped right now (the next call sees
+                // `oldest_seq` moved and resyncs), not necessarily garbage.
+                return Err(if at0 == 0 && r.cfg.overflow == Overflow::OverwriteOldest {
+                    RecvError::Empty
+                } else {
+                    RecvError::Corrupt("wrap marker without a frame at offset 0")
+                });
             }
             len_flags = r.data(8).load(Ordering::Relaxed);
         }

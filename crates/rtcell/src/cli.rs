@@ -79,7 +79,7 @@ enum Suite {
     )]
     C2c {
         /// The two CPUs, e.g. 0,1 (default: the first and the last online CPU).
-        #[arg(long, value_delimiter = ',', num_args = 2)]
+        #[arg(long, value_delimiter = ',')]
         cpus: Option<Vec<usize>>,
         /// Individually timed round trips (default 1,000,000; --quick 100,000).
         #[arg(long)]
@@ -256,7 +256,13 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
                         check_cpu(*b, "second (--cpus)", &online)?,
                     )
                 }
-                _ => pick_cpus(None, None)?,
+                Some(other) => {
+                    return usage(format!(
+                        "--cpus takes exactly two CPUs, e.g. 0,1 (got {} values)",
+                        other.len()
+                    ));
+                }
+                None => pick_cpus(None, None)?,
             };
             if a == b {
                 return usage(format!("--cpus {a},{b}: give two different CPUs"));
@@ -393,6 +399,11 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
             eprintln!("error: could not write the results: {e}");
             return Ok(1);
         }
+    }
+    if let Some(f) = &run.failure {
+        eprintln!("error: {name}: {f}");
+        eprintln!("the results above cover only what ran before that (marked incomplete)");
+        return Ok(1);
     }
     if run.incomplete {
         eprintln!("interrupted: the results cover only what ran before Ctrl-C (marked incomplete)");

@@ -1,0 +1,55 @@
+//! Helpers shared by the end-to-end tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+pub const SCHEMA: &str = include_str!("../../../schema/results.schema.json");
+
+pub fn rtcell() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rtcell"))
+}
+
+/// Benchmarks busy-poll both CPUs at real-time priority: run them one at a time.
+pub static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn run(args: &[&str]) -> Output {
+    rtcell().args(args).output().expect("rtcell runs")
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Loads DIR/results.json and checks it against the schema; returns it.
+pub fn valid_results(dir: &Path) -> serde_json::Value {
+    let raw = std::fs::read_to_string(dir.join("results.json")).expect("results.json written");
+    let doc: serde_json::Value = serde_json::from_str(&raw).expect("results.json is JSON");
+    let schema: serde_json::Value = serde_json::from_str(SCHEMA).expect("schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(&doc)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "results.json violates the schema: {errors:#?}"
+    );
+    doc
+}
+
+/// The series of the first suite.
+pub fn series(doc: &serde_json::Value) -> Vec<serde_json::Value> {
+    doc["suites"][0]["series"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
