@@ -67,7 +67,7 @@ fn echo(
     let mut producer = tx_ring.producer();
     // The cell's own copy of each message.
     let mut buf = vec![0u8; max_frame];
-    ctl.set_running();
+    ctl.set_running(crate::control::now_ns());
     let mut idle: u32 = 0;
     loop {
         match consumer.try_recv(&mut buf) {

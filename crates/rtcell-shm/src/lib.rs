@@ -8,13 +8,16 @@
 //! - [`ring`]: queued variable-length messages, single producer / single consumer.
 //! - [`signal`]: last-is-best values with torn-read-free (seqlock) reads.
 //! - [`com`]: AUTOSAR-COM-style signals and signal groups over one channel.
+//! - [`control`]: the per-cell control block; [`histogram`]: fixed-bucket latency histograms.
 //! - `mapping` (feature `std`): memfd and /dev/shm backing; `futex`: sleeping receivers.
 
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod com;
+pub mod control;
 #[cfg(all(feature = "std", not(loom)))]
 pub mod futex;
+pub mod histogram;
 #[cfg(all(feature = "std", not(loom)))]
 pub mod mapping;
 pub mod region;

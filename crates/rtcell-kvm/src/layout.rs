@@ -1,0 +1,202 @@
+//! The monitor's pages in guest RAM: boot info, GDT and TSS, IDT with exception stubs, page tables.
+//! Everything the vCPU needs to start in 64-bit ring 3 without running a line of boot code.
+
+use rtcell_guest::abi::{
+    ARGS_SIZE, BOOT_INFO_GPA, BOOT_MAGIC, BOOT_VERSION, BootInfo, MSG_GPA, MSG_SIZE, PORT_FAULT, REGION_GPA,
+    hypercall_gpa,
+};
+
+pub const GDT_GPA: u64 = 0x3000;
+pub const TSS_GPA: u64 = 0x3800;
+pub const IDT_GPA: u64 = 0x4000;
+pub const STUBS_GPA: u64 = 0x5000;
+/// Ring-0 stack for exception handlers (grows down from 0x8000).
+pub const RING0_STACK_TOP: u64 = 0x8000;
+pub const PML4_GPA: u64 = 0x8000;
+pub const PDPT_GPA: u64 = 0x9000;
+pub const PD0_GPA: u64 = 0xA000;
+pub const PT0_GPA: u64 = 0xB000;
+pub const PD1_GPA: u64 = 0xC000;
+
+pub const SEL_KERNEL_CODE: u16 = 0x08;
+pub const SEL_USER_DATA: u16 = 0x18 | 3;
+pub const SEL_USER_CODE: u16 = 0x20 | 3;
+pub const SEL_TSS: u16 = 0x28;
+pub const GDT_LIMIT: u16 = 7 * 8 - 1;
+pub const TSS_LIMIT: u32 = 0x67;
+pub const IDT_LIMIT: u16 = 256 * 16 - 1;
+
+const PTE_P: u64 = 1;
+const PTE_W: u64 = 2;
+const PTE_U: u64 = 4;
+const PTE_PS: u64 = 0x80;
+const TWO_MIB: u64 = 2 << 20;
+/// Exception vectors that push an error code.
+const HAS_ERROR_CODE: [u8; 10] = [8, 10, 11, 12, 13, 14, 17, 21, 29, 30];
+
+fn put_u64(ram: &mut [u8], gpa: u64, v: u64) {
+    let a = gpa as usize;
+    ram[a..a + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Writes GDT, TSS, page tables and (if `handlers`) the IDT and its stubs into `ram`.
+/// `ram.len()` is the guest RAM size (a multiple of 2 MiB, at least 2 MiB).
+pub fn build(ram: &mut [u8], region_size: u64, handlers: bool) {
+    // GDT: null, kernel code, kernel data, user data, user code, 64-bit TSS (two slots).
+    let gdt = [
+        0u64,
+        0x00AF_9A00_0000_FFFF,
+        0x00CF_9200_0000_FFFF,
+        0x00CF_F200_0000_FFFF,
+        0x00AF_FA00_0000_FFFF,
+    ];
+    for (i, d) in gdt.iter().enumerate() {
+        put_u64(ram, GDT_GPA + 8 * i as u64, *d);
+    }
+    let (base, limit) = (TSS_GPA, TSS_LIMIT as u64);
+    let tss_lo = (limit & 0xFFFF)
+        | ((base & 0xFF_FFFF) << 16)
+        | (0x89u64 << 40) // present, available 64-bit TSS
+        | (((limit >> 16) & 0xF) << 48)
+        | (((base >> 24) & 0xFF) << 56);
+    put_u64(ram, GDT_GPA + 40, tss_lo);
+    put_u64(ram, GDT_GPA + 48, base >> 32);
+    // TSS: RSP0 for exceptions taken in ring 3; the I/O bitmap offset points past the limit (no port I/O).
+    put_u64(ram, TSS_GPA + 4, RING0_STACK_TOP);
+    let iomap = TSS_GPA as usize + 0x66;
+    ram[iomap..iomap + 2].copy_from_slice(&0x68u16.to_le_bytes());
+
+    if handlers {
+        write_idt_and_stubs(ram);
+    }
+
+    // Page tables. PML4[0] -> PDPT; PDPT[0] -> PD0 (first GiB), PDPT[1] -> PD1 (the region).
+    let dir = PTE_P | PTE_W | PTE_U;
+    put_u64(ram, PML4_GPA, PDPT_GPA | dir);
+    put_u64(ram, PDPT_GPA, PD0_GPA | dir);
+    put_u64(ram, PDPT_GPA + 8, PD1_GPA | dir);
+    // First 2 MiB in 4 KiB pages so each monitor page gets its own rights.
+    put_u64(ram, PD0_GPA, PT0_GPA | dir);
+    for page in 0..512u64 {
+        let gpa = page * 4096;
+        let flags = match gpa {
+            0 => 0,                                   // null page: not present
+            BOOT_INFO_GPA => PTE_P | PTE_U,           // read-only to the payload
+            MSG_GPA => PTE_P | PTE_W | PTE_U,         // message buffer
+            g if g < 0x10000 => PTE_P | PTE_W,        // monitor pages: supervisor only
+            g if g < 0x10_0000 => 0,                  // unused
+            _ => PTE_P | PTE_W | PTE_U,               // payload and stack
+        };
+        put_u64(ram, PT0_GPA + 8 * page, if flags == 0 { 0 } else { gpa | flags });
+    }
+    // The rest of the first GiB in 2 MiB pages: RAM, then unbacked addresses (an access is an MMIO exit).
+    for i in 1..512u64 {
+        put_u64(ram, PD0_GPA + 8 * i, (i * TWO_MIB) | PTE_P | PTE_W | PTE_U | PTE_PS);
+    }
+    // The region: read-only parts are enforced by read-only memory slots, not by these entries.
+    let region_pages = region_size.div_ceil(TWO_MIB).min(512);
+    for i in 0..region_pages {
+        put_u64(ram, PD1_GPA + 8 * i, (REGION_GPA + i * TWO_MIB) | PTE_P | PTE_W | PTE_U | PTE_PS);
+    }
+}
+
+/// IDT entries pointing at one 16-byte stub per vector 0..32, and the common handler that reports the
+/// exception through `PORT_FAULT` with a [`rtcell_guest::abi::FaultInfo`] in the message buffer.
+fn write_idt_and_stubs(ram: &mut [u8]) {
+    let common = STUBS_GPA + 32 * 16;
+    for v in 0..32u64 {
+        let stub = STUBS_GPA + v * 16;
+        let mut code = Vec::with_capacity(16);
+        if !HAS_ERROR_CODE.contains(&(v as u8)) {
+            code.extend_from_slice(&[0x6A, 0x00]); // push 0
+        }
+        code.extend_from_slice(&[0x6A, v as u8]); // push vector
+        let next = stub + code.len() as u64 + 5;
+        code.push(0xE9); // jmp common
+        code.extend_from_slice(&((common as i64 - next as i64) as i32).to_le_bytes());
+        let a = stub as usize;
+        ram[a..a + code.len()].copy_from_slice(&code);
+        // Interrupt gate, ring 0, present.
+        let lo = (stub & 0xFFFF) | ((SEL_KERNEL_CODE as u64) << 16) | (0x8Eu64 << 40) | (((stub >> 16) & 0xFFFF) << 48);
+        put_u64(ram, IDT_GPA + 16 * v, lo);
+        put_u64(ram, IDT_GPA + 16 * v + 8, stub >> 32);
+    }
+    // Stack on entry: vector, error code, RIP, CS, RFLAGS, RSP, SS.
+    let mut c: Vec<u8> = Vec::new();
+    let store = |c: &mut Vec<u8>, off: u64| {
+        c.extend_from_slice(&[0x48, 0xA3]); // mov [moffs64], rax
+        c.extend_from_slice(&(MSG_GPA + off).to_le_bytes());
+    };
+    c.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp]      vector
+    store(&mut c, 0);
+    c.extend_from_slice(&[0x48, 0x8B, 0x44, 0x24, 0x08]); // mov rax, [rsp+8]   error code
+    store(&mut c, 8);
+    c.extend_from_slice(&[0x48, 0x8B, 0x44, 0x24, 0x10]); // mov rax, [rsp+16]  RIP
+    store(&mut c, 16);
+    c.extend_from_slice(&[0x48, 0x8B, 0x44, 0x24, 0x28]); // mov rax, [rsp+40]  RSP
+    store(&mut c, 24);
+    c.extend_from_slice(&[0x0F, 0x20, 0xD0]); // mov rax, cr2
+    store(&mut c, 32);
+    c.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp]      vector -> eax
+    c.push(0xA3); // mov [moffs64], eax: the fault hypercall
+    c.extend_from_slice(&hypercall_gpa(PORT_FAULT).to_le_bytes());
+    c.extend_from_slice(&[0xEB, 0xFE]); // jmp $
+    let a = common as usize;
+    ram[a..a + c.len()].copy_from_slice(&c);
+}
+
+/// Writes the boot-info page. `args` longer than `ARGS_SIZE` is refused by the caller.
+pub fn write_boot_info(ram: &mut [u8], info: &BootInfo) {
+    let a = BOOT_INFO_GPA as usize;
+    let size = core::mem::size_of::<BootInfo>();
+    // SAFETY: BootInfo is repr(C) plain data with no padding-sensitive invariants; we copy its bytes.
+    let bytes = unsafe { core::slice::from_raw_parts(info as *const BootInfo as *const u8, size) };
+    ram[a..a + size].copy_from_slice(bytes);
+}
+
+/// A boot-info value for the given cell.
+pub fn boot_info(tsc_khz: u64, cpu: u32, region_size: u64, ram_size: u64, args: &str) -> Option<BootInfo> {
+    if args.len() > ARGS_SIZE {
+        return None;
+    }
+    let mut a = [0u8; ARGS_SIZE];
+    a[..args.len()].copy_from_slice(args.as_bytes());
+    Some(BootInfo {
+        magic: BOOT_MAGIC,
+        version: BOOT_VERSION,
+        size: core::mem::size_of::<BootInfo>() as u32,
+        tsc_khz,
+        cell_cpu: cpu,
+        flags: 0,
+        region_gpa: REGION_GPA,
+        region_size,
+        ram_size,
+        stack_top: ram_size,
+        msg_gpa: MSG_GPA,
+        msg_size: MSG_SIZE as u64,
+        args_len: args.len() as u32,
+        reserved: 0,
+        args: a,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_info_fits_its_page_and_stubs_fit_theirs() {
+        assert!(core::mem::size_of::<BootInfo>() <= 4096);
+        let mut ram = vec![0u8; 2 << 20];
+        build(&mut ram, 1 << 20, true);
+        // Common handler ends before the ring-0 stack's page.
+        let end = (STUBS_GPA + 32 * 16 + 80) as usize;
+        assert!(end < 0x6000);
+        // Null page not present, boot info read-only user, payload user-writable.
+        let pte = |page: usize| u64::from_le_bytes(ram[PT0_GPA as usize + 8 * page..][..8].try_into().unwrap());
+        assert_eq!(pte(0), 0);
+        assert_eq!(pte(1) & 7, PTE_P | PTE_U);
+        assert_eq!(pte(0x100) & 7, 7);
+        assert_eq!(pte(3) & PTE_U, 0);
+    }
+}
