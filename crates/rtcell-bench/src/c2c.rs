@@ -42,11 +42,7 @@ pub fn measure(cfg: &C2cConfig) -> Result<C2cMeasurement, BenchError> {
     let line = Arc::new(Line(AtomicU64::new(0)));
     let total_trips = (cfg.samples + cfg.batches * cfg.batch) as u64;
     let peer_line = Arc::clone(&line);
-    let peer_req = RtRequest {
-        cpu: Some(cfg.cpu_b),
-        fifo_priority: cfg.priority,
-        lock_memory: false,
-    };
+    let peer_req = RtRequest { cpu: Some(cfg.cpu_b), fifo_priority: cfg.priority, lock_memory: false };
     let peer = std::thread::Builder::new()
         .name("c2c-peer".into())
         .spawn(move || -> Result<Vec<String>, String> {
@@ -69,11 +65,7 @@ pub fn measure(cfg: &C2cConfig) -> Result<C2cMeasurement, BenchError> {
         })
         .map_err(|e| BenchError::Other(format!("cannot start the c2c peer thread: {e}")))?;
 
-    let mut warnings = apply_rt(&RtRequest {
-        cpu: Some(cfg.cpu_a),
-        fifo_priority: cfg.priority,
-        lock_memory: false,
-    })?;
+    let mut warnings = apply_rt(&RtRequest { cpu: Some(cfg.cpu_a), fifo_priority: cfg.priority, lock_memory: false })?;
     let mut rtt_ticks = Vec::with_capacity(cfg.samples);
     let mut batch_rtt_ticks = Vec::with_capacity(cfg.batches);
     let mut v = 1u64;
@@ -115,19 +107,11 @@ pub fn measure(cfg: &C2cConfig) -> Result<C2cMeasurement, BenchError> {
     match peer.join() {
         Ok(Ok(w)) => warnings.extend(w),
         Ok(Err(e)) => {
-            return Err(BenchError::Other(format!(
-                "c2c peer on CPU {}: {e}",
-                cfg.cpu_b
-            )));
+            return Err(BenchError::Other(format!("c2c peer on CPU {}: {e}", cfg.cpu_b)));
         }
         Err(_) => return Err(BenchError::Other("c2c peer thread panicked".into())),
     }
-    Ok(C2cMeasurement {
-        rtt_ticks,
-        batch_rtt_ticks,
-        warnings,
-        incomplete,
-    })
+    Ok(C2cMeasurement { rtt_ticks, batch_rtt_ticks, warnings, incomplete })
 }
 
 /// Series for a measurement: timed round trips, and one-way latency from batches (round trip / 2).
@@ -140,11 +124,7 @@ pub fn series(tsc: &TscClock, cfg: &C2cConfig, m: &C2cMeasurement) -> Vec<Series
         Kind::RoundTrip,
         &m.rtt_ticks,
     );
-    let one_way: Vec<f64> = m
-        .batch_rtt_ticks
-        .iter()
-        .map(|&t| tsc.ticks_to_ns(1) * t / 2.0)
-        .collect();
+    let one_way: Vec<f64> = m.batch_rtt_ticks.iter().map(|&t| tsc.ticks_to_ns(1) * t / 2.0).collect();
     let ow = Series::from_samples(
         "c2c_one_way",
         labels!("cpus" => pair, "method" => format!("batch_of_{}_rtt_div_2", cfg.batch)),
@@ -158,23 +138,14 @@ pub fn series(tsc: &TscClock, cfg: &C2cConfig, m: &C2cMeasurement) -> Vec<Series
 
 /// `rtcell bench c2c`.
 pub fn run(tsc: &TscClock, cfg: &C2cConfig) -> Result<SuiteRun, BenchError> {
-    eprintln!(
-        "c2c: bouncing a cache line between CPU {} and CPU {} ...",
-        cfg.cpu_a, cfg.cpu_b
-    );
+    eprintln!("c2c: bouncing a cache line between CPU {} and CPU {} ...", cfg.cpu_a, cfg.cpu_b);
     let m = measure(cfg)?;
     let series = series(tsc, cfg, &m);
-    let mut t = Table::new(&[
-        "series", "unit", "count", "min", "median", "mean", "p99", "p99.9", "max",
-    ]);
+    let mut t = Table::new(&["series", "unit", "count", "min", "median", "mean", "p99", "p99.9", "max"]);
     for s in &series {
         let st = &s.stats;
         t.row(vec![
-            if s.name == "c2c_round_trip" {
-                "round trip, each timed".into()
-            } else {
-                "one way, batch RTT / 2".into()
-            },
+            if s.name == "c2c_round_trip" { "round trip, each timed".into() } else { "one way, batch RTT / 2".into() },
             "ns".into(),
             st.count.to_string(),
             fmt_ns(st.min),
@@ -185,22 +156,12 @@ pub fn run(tsc: &TscClock, cfg: &C2cConfig) -> Result<SuiteRun, BenchError> {
             fmt_ns(st.max),
         ]);
     }
-    let mut text = format!(
-        "Core-to-core cache-line ping-pong, CPU {} <-> CPU {} (ns)\n",
-        cfg.cpu_a, cfg.cpu_b
-    );
+    let mut text = format!("Core-to-core cache-line ping-pong, CPU {} <-> CPU {} (ns)\n", cfg.cpu_a, cfg.cpu_b);
     text.push_str(&t.render());
     text.push('\n');
     let published: Vec<String> = rtcell_report::published::for_metric("c2c_one_way")
         .iter()
-        .filter_map(|r| {
-            r.mean.map(|m| {
-                format!(
-                    "  {} ({}): one way {m} ns {}",
-                    r.platform, r.source, r.condition
-                )
-            })
-        })
+        .filter_map(|r| r.mean.map(|m| format!("  {} ({}): one way {m} ns {}", r.platform, r.source, r.condition)))
         .collect();
     if !published.is_empty() {
         text.push_str("Published figures, other platforms:\n");
@@ -213,12 +174,5 @@ pub fn run(tsc: &TscClock, cfg: &C2cConfig) -> Result<SuiteRun, BenchError> {
     });
     let mut suite = Suite::new("c2c", config);
     suite.series = series;
-    Ok(SuiteRun {
-        suite,
-        text,
-        warnings: m.warnings,
-        incomplete: m.incomplete,
-        errors: 0,
-        failure: None,
-    })
+    Ok(SuiteRun { suite, text, warnings: m.warnings, incomplete: m.incomplete, errors: 0, failure: None })
 }

@@ -55,30 +55,21 @@ impl RunningLoad {
         if kind == Load::Memcpy {
             for &cpu in cpus {
                 let (stop, bytes) = (Arc::clone(&stop), Arc::clone(&bytes));
-                let h = std::thread::Builder::new()
-                    .name(format!("load-memcpy-{cpu}"))
-                    .spawn(move || {
-                        let _ = rtcell_host::cpu::pin_current_thread(cpu);
-                        let mut buf = vec![0x5au8; MEMCPY_BUFFER];
-                        let half = MEMCPY_BUFFER / 2;
-                        while !stop.load(Ordering::Relaxed) {
-                            let (a, b) = buf.split_at_mut(half);
-                            b.copy_from_slice(a);
-                            std::hint::black_box(&mut buf);
-                            bytes.fetch_add(half as u64, Ordering::Relaxed);
-                        }
-                    })?;
+                let h = std::thread::Builder::new().name(format!("load-memcpy-{cpu}")).spawn(move || {
+                    let _ = rtcell_host::cpu::pin_current_thread(cpu);
+                    let mut buf = vec![0x5au8; MEMCPY_BUFFER];
+                    let half = MEMCPY_BUFFER / 2;
+                    while !stop.load(Ordering::Relaxed) {
+                        let (a, b) = buf.split_at_mut(half);
+                        b.copy_from_slice(a);
+                        std::hint::black_box(&mut buf);
+                        bytes.fetch_add(half as u64, Ordering::Relaxed);
+                    }
+                })?;
                 threads.push(h);
             }
         }
-        Ok(RunningLoad {
-            kind,
-            cpus: cpus.to_vec(),
-            stop,
-            bytes,
-            threads,
-            started: Instant::now(),
-        })
+        Ok(RunningLoad { kind, cpus: cpus.to_vec(), stop, bytes, threads, started: Instant::now() })
     }
 
     pub fn kind(&self) -> Load {
@@ -100,11 +91,7 @@ impl RunningLoad {
             let _ = t.join();
         }
         let secs = self.started.elapsed().as_secs_f64();
-        if secs > 0.0 {
-            self.bytes.load(Ordering::Relaxed) as f64 / secs
-        } else {
-            0.0
-        }
+        if secs > 0.0 { self.bytes.load(Ordering::Relaxed) as f64 / secs } else { 0.0 }
     }
 }
 

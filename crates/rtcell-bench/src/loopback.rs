@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{RngCore, SeedableRng};
-use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, WorkloadSpec, control};
+use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, VmOptions, WorkloadSpec, control};
 use rtcell_host::sched::{RtRequest, apply_rt};
 use rtcell_host::tsc::{TscClock, rdtsc_ordered};
 use rtcell_report::table::{Table, fmt_us};
@@ -83,6 +83,8 @@ struct SizeRun {
     ticks: Vec<u64>,
     errors: u64,
     elapsed_ticks: u64,
+    /// VM exits of a kvm cell's vCPU during the measured round trips, by reason.
+    exits: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 struct TransportRun {
@@ -127,7 +129,11 @@ fn measure_cell_size(
     let timeout_ticks = tsc.ns_to_ticks(ANSWER_TIMEOUT.as_nanos() as f64);
     let mut incomplete = false;
     let run_start = rdtsc_ordered();
+    let mut exits_before = None;
     for i in 0..WARMUP + cfg.iterations {
+        if i == WARMUP {
+            exits_before = cell.vm_exits();
+        }
         if i % 1024 == 0 && stop_requested() {
             incomplete = true;
             break;
@@ -174,15 +180,7 @@ fn measure_cell_size(
                                 )));
                             }
                             if stop_requested() {
-                                return Ok((
-                                    SizeRun {
-                                        size,
-                                        ticks,
-                                        errors,
-                                        elapsed_ticks: 0,
-                                    },
-                                    true,
-                                ));
+                                return Ok((SizeRun { size, ticks, errors, elapsed_ticks: 0, exits: None }, true));
                             }
                         }
                     }
@@ -199,15 +197,11 @@ fn measure_cell_size(
         }
     }
     let elapsed_ticks = rdtsc_ordered().wrapping_sub(run_start);
-    Ok((
-        SizeRun {
-            size,
-            ticks,
-            errors,
-            elapsed_ticks,
-        },
-        incomplete,
-    ))
+    let exits = match (exits_before, cell.vm_exits()) {
+        (Some(b), Some(a)) => Some(rtcell_kvm::stats::exit_delta(&b, &a)),
+        _ => None,
+    };
+    Ok((SizeRun { size, ticks, errors, elapsed_ticks, exits }, incomplete))
 }
 
 fn run_cell(
@@ -222,13 +216,12 @@ fn run_cell(
     let mut ring = RingConfig::for_frames(max_size as u32, 4);
     ring.notify = notify == Notify::Futex;
     let mut layout = RegionLayout::new();
-    let lerr =
-        |e: rtcell_shm::LayoutError| BenchError::Other(format!("loopback region layout: {e}"));
-    layout
-        .ring("m2c", ring)
-        .map_err(lerr)?
-        .ring("c2m", ring)
-        .map_err(lerr)?;
+    if kind == CellKind::Kvm {
+        // Channels on pages of their own, so the VM gets read-only what it must not write (the header).
+        layout.page_aligned();
+    }
+    let lerr = |e: rtcell_shm::LayoutError| BenchError::Other(format!("loopback region layout: {e}"));
+    layout.ring("m2c", ring).map_err(lerr)?.ring("c2m", ring).map_err(lerr)?;
     let cell_name = format!("echo-{kind}");
     control::add_to_layout(&mut layout, &cell_name).map_err(lerr)?;
     let shm = SharedMemory::create_anonymous("rtcell-loopback", layout.size_bytes())
@@ -242,28 +235,20 @@ fn run_cell(
         cpu: cfg.cell_cpu,
         priority: cfg.cell_priority,
         lock_memory: true,
-        workload: WorkloadSpec::Echo {
-            rx: "m2c".into(),
-            tx: "c2m".into(),
-            max_frame: max_size,
-            notify: ring.notify,
-        },
+        workload: WorkloadSpec::Echo { rx: "m2c".into(), tx: "c2m".into(), max_frame: max_size, notify: ring.notify },
+        vm: VmOptions::default(),
     };
+    rtcell_cells::set_tsc_khz(tsc.khz());
     let mut cell = Cell::start(spec, Arc::clone(&shm))?;
     let start_time = cell.wait_running(Duration::from_secs(10))?;
     warnings.extend(cell.warnings().iter().cloned());
-    let region =
-        RegionView::attach(shm.words()).map_err(|e| BenchError::Other(format!("region: {e}")))?;
+    let region = RegionView::attach(shm.words()).map_err(|e| BenchError::Other(format!("region: {e}")))?;
 
     let mut sizes = Vec::new();
     let mut incomplete = false;
     let mut broke_off = None;
     for &size in &cfg.sizes {
-        eprintln!(
-            "loopback: {kind} cell, notify {}, {size} B x {} ...",
-            notify.as_str(),
-            cfg.iterations
-        );
+        eprintln!("loopback: {kind} cell, notify {}, {size} B x {} ...", notify.as_str(), cfg.iterations);
         match measure_cell_size(cfg, notify, &region, &mut cell, size, pool, tsc) {
             Ok((run, stopped)) => {
                 sizes.push(run);
@@ -281,30 +266,17 @@ fn run_cell(
     }
     let report = cell.stop(Duration::from_secs(2));
     if !matches!(report.status, CellStatus::Stopped) {
-        warnings.push(format!(
-            "cell {:?} ({kind}) ended {} instead of stopping cleanly",
-            report.name, report.status
-        ));
+        warnings.push(format!("cell {:?} ({kind}) ended {} instead of stopping cleanly", report.name, report.status));
     }
     let cell_name = kind.as_str().to_string();
     Ok((
-        TransportRun {
-            cell: cell_name,
-            transport: "ring",
-            notify: Some(notify),
-            sizes,
-            start_time: Some(start_time),
-        },
+        TransportRun { cell: cell_name, transport: "ring", notify: Some(notify), sizes, start_time: Some(start_time) },
         incomplete,
         broke_off,
     ))
 }
 
-fn run_pipe(
-    cfg: &LoopbackConfig,
-    pool: &[u8],
-    warnings: &mut Vec<String>,
-) -> Result<(TransportRun, bool), BenchError> {
+fn run_pipe(cfg: &LoopbackConfig, pool: &[u8], warnings: &mut Vec<String>) -> Result<(TransportRun, bool), BenchError> {
     let max_size = cfg.sizes.iter().copied().max().unwrap_or(0);
     let mut echo = PipeEcho::start(cfg.cell_cpu, cfg.cell_priority, max_size)?;
     let mut reply = vec![0u8; max_size.max(1)];
@@ -318,19 +290,13 @@ fn run_pipe(
         for i in 0..WARMUP + cfg.iterations {
             if i % 1024 == 0 && stop_requested() {
                 incomplete = true;
-                sizes.push(SizeRun {
-                    size,
-                    ticks,
-                    errors,
-                    elapsed_ticks: 0,
-                });
+                sizes.push(SizeRun { size, ticks, errors, elapsed_ticks: 0, exits: None });
                 break 'sizes;
             }
             let payload = window(i, size, pool);
             let t0 = rdtsc_ordered();
-            let n = echo
-                .round_trip(payload, &mut reply)
-                .map_err(|e| BenchError::Other(format!("pipe baseline: {e}")))?;
+            let n =
+                echo.round_trip(payload, &mut reply).map_err(|e| BenchError::Other(format!("pipe baseline: {e}")))?;
             let t1 = rdtsc_ordered();
             if n != size || reply[..n] != *payload {
                 errors += 1;
@@ -339,36 +305,17 @@ fn run_pipe(
                 ticks.push(t1.wrapping_sub(t0));
             }
         }
-        sizes.push(SizeRun {
-            size,
-            ticks,
-            errors,
-            elapsed_ticks: rdtsc_ordered().wrapping_sub(start),
-        });
+        sizes.push(SizeRun { size, ticks, errors, elapsed_ticks: rdtsc_ordered().wrapping_sub(start), exits: None });
     }
     warnings.extend(echo.finish()?);
-    Ok((
-        TransportRun {
-            cell: "thread".into(),
-            transport: "pipe",
-            notify: None,
-            sizes,
-            start_time: None,
-        },
-        incomplete,
-    ))
+    Ok((TransportRun { cell: "thread".into(), transport: "pipe", notify: None, sizes, start_time: None }, incomplete))
 }
 
 /// Runs the whole suite.
 pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError> {
     let mut warnings = Vec::new();
-    let online = rtcell_host::cpu::online_cpus()
-        .map_err(|e| BenchError::Other(format!("online CPUs: {e}")))?;
-    let load_cpus: Vec<usize> = online
-        .iter()
-        .copied()
-        .filter(|&c| c != cfg.cell_cpu)
-        .collect();
+    let online = rtcell_host::cpu::online_cpus().map_err(|e| BenchError::Other(format!("online CPUs: {e}")))?;
+    let load_cpus: Vec<usize> = online.iter().copied().filter(|&c| c != cfg.cell_cpu).collect();
     if cfg.load != Load::None && load_cpus.contains(&cfg.master_cpu) {
         warnings.push(format!(
             "the {} load shares CPU {} with the master loop (no other non-cell CPU on this machine); the master runs SCHED_FIFO, so the load runs only when the master is throttled or waiting",
@@ -379,6 +326,24 @@ pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError>
     let load = RunningLoad::start(cfg.load, &load_cpus)
         .map_err(|e| BenchError::Other(format!("cannot start the load: {e}")))?;
 
+    let mut incomplete = false;
+    // The floor first, right before the thread cell it is compared with: the outer hypervisor may move our
+    // vCPUs between physical cores during a run, and adjacent phases see the same placement.
+    let mut floor = None;
+    if cfg.c2c_floor {
+        let c2c_cfg = C2cConfig {
+            cpu_a: cfg.master_cpu,
+            cpu_b: cfg.cell_cpu,
+            samples: cfg.iterations.min(200_000),
+            batches: 200,
+            batch: 1000,
+            priority: cfg.master_priority,
+        };
+        eprintln!("loopback: c2c floor between CPU {} and CPU {} ...", cfg.master_cpu, cfg.cell_cpu);
+        let m = c2c::measure(&c2c_cfg)?;
+        incomplete |= m.incomplete;
+        floor = Some((c2c_cfg, m));
+    }
     // The master loop: pinned, real-time, memory locked.
     warnings.extend(apply_rt(&RtRequest {
         cpu: Some(cfg.master_cpu),
@@ -387,10 +352,15 @@ pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError>
     })?);
     let pool = payload_pool(cfg.seed);
     let mut runs = Vec::new();
-    let mut incomplete = false;
     let mut outcome: Result<(), BenchError> = Ok(());
     'outer: for &kind in &cfg.cells {
         for &notify in &cfg.notify {
+            if kind == CellKind::Kvm && notify == Notify::Futex {
+                warnings.push(
+                    "kvm cell with notify futex skipped: a payload cannot wake a host futex without a VM exit, so kvm cells always poll".into(),
+                );
+                continue;
+            }
             match run_cell(cfg, kind, notify, &pool, tsc, &mut warnings) {
                 Ok((r, stopped, broke_off)) => {
                     runs.push(r);
@@ -420,28 +390,6 @@ pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError>
         }
     }
     release_thread();
-    let mut floor = None;
-    if outcome.is_ok() && !incomplete && cfg.c2c_floor {
-        let c2c_cfg = C2cConfig {
-            cpu_a: cfg.master_cpu,
-            cpu_b: cfg.cell_cpu,
-            samples: cfg.iterations.min(200_000),
-            batches: 200,
-            batch: 1000,
-            priority: cfg.master_priority,
-        };
-        eprintln!(
-            "loopback: c2c floor between CPU {} and CPU {} ...",
-            cfg.master_cpu, cfg.cell_cpu
-        );
-        match c2c::measure(&c2c_cfg) {
-            Ok(m) => {
-                incomplete |= m.incomplete;
-                floor = Some((c2c_cfg.clone(), m));
-            }
-            Err(e) => outcome = Err(e),
-        }
-    }
     let load_bps = load.stop();
     // A run that broke off still reports what it measured, marked incomplete and failed.
     let failure = outcome.err().map(|e| e.to_string());
@@ -456,11 +404,7 @@ pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError>
     Ok(run)
 }
 
-fn labels_for(
-    cfg: &LoopbackConfig,
-    r: &TransportRun,
-    size: usize,
-) -> std::collections::BTreeMap<String, String> {
+fn labels_for(cfg: &LoopbackConfig, r: &TransportRun, size: usize) -> std::collections::BTreeMap<String, String> {
     let mut l = labels!(
         "cell" => r.cell,
         "transport" => r.transport,
@@ -489,11 +433,9 @@ fn build(
     let mut total_errors = 0;
     let published = rtcell_report::published::for_metric("loopback_rtt");
     let jailhouse = |size: usize| {
-        published.iter().find(|r| {
-            r.payload_bytes == Some(size as u32)
-                && r.condition == "idle"
-                && r.platform.contains("Jailhouse")
-        })
+        published
+            .iter()
+            .find(|r| r.payload_bytes == Some(size as u32) && r.condition == "idle" && r.platform.contains("Jailhouse"))
     };
     // Medians for the speed summary: (cell, transport, notify, size) -> median us.
     let mut medians: Vec<(String, &'static str, Option<Notify>, usize, f64)> = Vec::new();
@@ -523,23 +465,12 @@ fn build(
             "Jailhouse A7 max",
         ]);
         for s in &r.sizes {
-            let ser = series_us(
-                tsc,
-                "loopback_rtt",
-                labels_for(cfg, r, s.size),
-                Kind::RoundTrip,
-                &s.ticks,
-                s.errors,
-            );
+            let ser = series_us(tsc, "loopback_rtt", labels_for(cfg, r, s.size), Kind::RoundTrip, &s.ticks, s.errors);
             total_errors += s.errors;
             let st: Stats = ser.stats;
             let secs = tsc.ticks_to_ns(s.elapsed_ticks) / 1e9;
             // Payload bytes moved per second, both directions, over the whole timed loop.
-            let mbps = if secs > 0.0 {
-                (2 * s.size * (s.ticks.len() + WARMUP)) as f64 / secs / 1e6
-            } else {
-                0.0
-            };
+            let mbps = if secs > 0.0 { (2 * s.size * (s.ticks.len() + WARMUP)) as f64 / secs / 1e6 } else { 0.0 };
             if secs > 0.0 && !s.ticks.is_empty() {
                 let mut thr = Series::from_samples(
                     "loopback_throughput",
@@ -563,16 +494,50 @@ fn build(
                 fmt_us(st.max * 1000.0),
                 format!("{mbps:.1}"),
                 s.errors.to_string(),
-                pubd.and_then(|p| p.mean)
-                    .map_or("-".into(), |v| format!("{v:.2}")),
-                pubd.and_then(|p| p.max)
-                    .map_or("-".into(), |v| format!("{v:.2}")),
+                pubd.and_then(|p| p.mean).map_or("-".into(), |v| format!("{v:.2}")),
+                pubd.and_then(|p| p.max).map_or("-".into(), |v| format!("{v:.2}")),
             ]);
             medians.push((r.cell.clone(), r.transport, r.notify, s.size, st.median));
             series.push(ser);
         }
         text.push_str(&t.render());
         text.push('\n');
+        let exit_lines: Vec<String> = r
+            .sizes
+            .iter()
+            .filter_map(|s| s.exits.as_ref().map(|e| (s.size, e)))
+            .map(|(size, e)| {
+                let total = e.get("exits").copied().unwrap_or(0);
+                let detail: Vec<String> =
+                    e.iter().filter(|(k, _)| k.as_str() != "exits").map(|(k, v)| format!("{k} {v}")).collect();
+                format!(
+                    "  {size} B: {total} exits{}",
+                    if detail.is_empty() { String::new() } else { format!(" ({})", detail.join(", ")) }
+                )
+            })
+            .collect();
+        if !exit_lines.is_empty() {
+            text.push_str("VM exits of the kvm cell's vCPU during the measured round trips (goal: 0):\n");
+            text.push_str(&exit_lines.join("\n"));
+            text.push('\n');
+            for s in &r.sizes {
+                if let Some(e) = &s.exits {
+                    let mut ser = Series::from_samples(
+                        "vm_exits",
+                        labels_for(cfg, r, s.size),
+                        Unit::Count,
+                        Kind::Count,
+                        vec![e.get("exits").copied().unwrap_or(0) as f64],
+                        0,
+                    );
+                    ser.histogram = None;
+                    for (k, v) in e {
+                        ser.labels.insert(format!("exits.{k}"), v.to_string());
+                    }
+                    series.push(ser);
+                }
+            }
+        }
         if let Some(st) = r.start_time {
             text.push_str(&format!(
                 "{} cell start (spawn to first heartbeat): {:.3} ms\n",
@@ -618,9 +583,7 @@ fn build(
         ));
     }
     if total_errors > 0 {
-        warnings.push(format!(
-            "{total_errors} round trips came back with a wrong payload: this run FAILED"
-        ));
+        warnings.push(format!("{total_errors} round trips came back with a wrong payload: this run FAILED"));
     }
     let config = serde_json::json!({
         "master_cpu": cfg.master_cpu,
@@ -640,36 +603,19 @@ fn build(
     });
     let mut suite = Suite::new("loopback", config);
     suite.series = series;
-    SuiteRun {
-        suite,
-        text,
-        warnings,
-        incomplete,
-        errors: total_errors,
-        failure: None,
-    }
+    SuiteRun { suite, text, warnings, incomplete, errors: total_errors, failure: None }
 }
 
 impl LoopbackConfig {
     fn cell_cpu_complement(&self) -> Vec<usize> {
-        rtcell_host::cpu::online_cpus()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|&c| c != self.cell_cpu)
-            .collect()
+        rtcell_host::cpu::online_cpus().unwrap_or_default().into_iter().filter(|&c| c != self.cell_cpu).collect()
     }
 }
 
 /// The speed goals as ratios of medians measured in this run.
-fn speed_summary(
-    medians: &[(String, &'static str, Option<Notify>, usize, f64)],
-    floor_rtt_ns: Option<f64>,
-) -> String {
+fn speed_summary(medians: &[(String, &'static str, Option<Notify>, usize, f64)], floor_rtt_ns: Option<f64>) -> String {
     let find = |cell: &str, transport: &str, notify: Option<Notify>, size: usize| {
-        medians
-            .iter()
-            .find(|m| m.0 == cell && m.1 == transport && m.2 == notify && m.3 == size)
-            .map(|m| m.4)
+        medians.iter().find(|m| m.0 == cell && m.1 == transport && m.2 == notify && m.3 == size).map(|m| m.4)
     };
     let mut out = String::from("\nRatios of medians from this run:\n");
     let mut any = false;
@@ -691,17 +637,15 @@ fn speed_summary(
             any = true;
         }
         if let Some(t1k) = find("thread", "ring", Some(Notify::Poll), 1024) {
-            out.push_str(&format!(
-                "  thread cell 1024 B / 0 B round trip: {:.2} x (goal <= 3)\n",
-                t1k / t0
-            ));
+            out.push_str(&format!("  thread cell 1024 B / 0 B round trip: {:.2} x (goal <= 3)\n", t1k / t0));
             any = true;
         }
         if let Some(p) = find("process", "ring", Some(Notify::Poll), 0) {
-            out.push_str(&format!(
-                "  process cell 0 B / thread cell 0 B round trip: {:.2} x\n",
-                p / t0
-            ));
+            out.push_str(&format!("  process cell 0 B / thread cell 0 B round trip: {:.2} x\n", p / t0));
+            any = true;
+        }
+        if let Some(k) = find("kvm", "ring", Some(Notify::Poll), 0) {
+            out.push_str(&format!("  kvm cell 0 B / thread cell 0 B round trip: {:.2} x (goal <= 1.15)\n", k / t0));
             any = true;
         }
     }

@@ -31,19 +31,11 @@ pub struct PipeEcho {
 impl PipeEcho {
     /// Starts the echo thread on `cpu`. Messages are a 4-byte length then the payload, so a 0-byte
     /// payload still makes a round trip.
-    pub fn start(
-        cpu: usize,
-        priority: Option<i32>,
-        max_frame: usize,
-    ) -> Result<PipeEcho, BenchError> {
+    pub fn start(cpu: usize, priority: Option<i32>, max_frame: usize) -> Result<PipeEcho, BenchError> {
         let io = |e: std::io::Error| BenchError::Other(format!("pipe baseline: {e}"));
         let (from_master, to_cell) = pipe().map_err(io)?;
         let (from_cell, to_master) = pipe().map_err(io)?;
-        let req = RtRequest {
-            cpu: Some(cpu),
-            fifo_priority: priority,
-            lock_memory: true,
-        };
+        let req = RtRequest { cpu: Some(cpu), fifo_priority: priority, lock_memory: true };
         let echo = std::thread::Builder::new()
             .name("pipe-echo".into())
             .spawn(move || {
@@ -58,18 +50,12 @@ impl PipeEcho {
                     if n > max_frame {
                         return Err(format!("pipe echo: frame of {n} bytes above {max_frame}"));
                     }
-                    rx.read_exact(&mut buf[4..4 + n])
-                        .map_err(|e| e.to_string())?;
+                    rx.read_exact(&mut buf[4..4 + n]).map_err(|e| e.to_string())?;
                     tx.write_all(&buf[..4 + n]).map_err(|e| e.to_string())?;
                 }
             })
             .map_err(io)?;
-        Ok(PipeEcho {
-            to_cell,
-            from_cell,
-            frame: vec![0u8; 4 + max_frame],
-            echo: Some(echo),
-        })
+        Ok(PipeEcho { to_cell, from_cell, frame: vec![0u8; 4 + max_frame], echo: Some(echo) })
     }
 
     /// One round trip; the echoed payload lands in `reply`. Returns the echoed length.
@@ -83,9 +69,7 @@ impl PipeEcho {
         self.from_cell.read_exact(&mut len)?;
         let m = u32::from_le_bytes(len) as usize;
         if m > reply.len() {
-            return Err(std::io::Error::other(format!(
-                "echo returned {m} bytes, more than sent"
-            )));
+            return Err(std::io::Error::other(format!("echo returned {m} bytes, more than sent")));
         }
         self.from_cell.read_exact(&mut reply[..m])?;
         Ok(m)

@@ -3,6 +3,8 @@
 //! - `thread`: a pinned SCHED_FIFO thread in this process, memory locked, stack prefaulted.
 //! - `process`: the same binary re-executed in cell mode (`rtcell __cell`), sharing the region through an
 //!   inherited memfd; it dies with its parent (PR_SET_PDEATHSIG), so a killed run leaves nothing behind.
+//! - `kvm`: a micro-VM running a bare-metal payload on a vCPU pinned to the cell CPU (`rtcell-kvm`); the
+//!   region is mapped into it, read-only where it must not write.
 //!
 //! Supervisor and cell see each other only through the cell's control block in the shared region.
 
@@ -30,6 +32,7 @@ pub use workload::{WorkloadEnd, WorkloadSpec};
 pub enum CellKind {
     Thread,
     Process,
+    Kvm,
 }
 
 impl CellKind {
@@ -37,6 +40,7 @@ impl CellKind {
         match self {
             CellKind::Thread => "thread",
             CellKind::Process => "process",
+            CellKind::Kvm => "kvm",
         }
     }
 }
@@ -53,9 +57,8 @@ impl std::str::FromStr for CellKind {
         match s {
             "thread" => Ok(CellKind::Thread),
             "process" => Ok(CellKind::Process),
-            other => Err(format!(
-                "unknown cell kind {other:?}: use thread or process"
-            )),
+            "kvm" => Ok(CellKind::Kvm),
+            other => Err(format!("unknown cell kind {other:?}: use thread, process or kvm")),
         }
     }
 }
@@ -70,6 +73,26 @@ pub struct CellSpec {
     pub priority: Option<i32>,
     pub lock_memory: bool,
     pub workload: WorkloadSpec,
+    /// Options of kvm cells (ignored by the other kinds).
+    #[serde(default)]
+    pub vm: VmOptions,
+}
+
+/// Options of a kvm cell.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VmOptions {
+    /// Guest RAM in MiB (a multiple of 2).
+    pub ram_mib: u32,
+    /// Report payload exceptions precisely (vector, RIP, address); without, any exception is a triple fault.
+    pub exception_handlers: bool,
+    /// Stop the vCPU when the payload's heartbeat does not move for this many ms.
+    pub watchdog_ms: Option<u64>,
+}
+
+impl Default for VmOptions {
+    fn default() -> Self {
+        VmOptions { ram_mib: 2, exception_handlers: true, watchdog_ms: Some(1000) }
+    }
 }
 
 /// What the supervisor sees of a cell.
@@ -109,32 +132,19 @@ impl std::fmt::Display for CellStatus {
 #[derive(Debug, thiserror::Error)]
 pub enum CellError {
     #[error("cell {cell:?}: the region has no control block for it: {source}")]
-    NoControlBlock {
-        cell: String,
-        source: rtcell_shm::AttachError,
-    },
+    NoControlBlock { cell: String, source: rtcell_shm::AttachError },
     #[error("cell {cell:?}: could not start the {kind} cell: {source}")]
-    Spawn {
-        cell: String,
-        kind: CellKind,
-        source: std::io::Error,
-    },
+    Spawn { cell: String, kind: CellKind, source: std::io::Error },
     #[error("cell {cell:?} ({kind}, CPU {cpu}) {status} before it was running")]
-    DiedStarting {
-        cell: String,
-        kind: CellKind,
-        cpu: usize,
-        status: CellStatus,
-    },
+    DiedStarting { cell: String, kind: CellKind, cpu: usize, status: CellStatus },
     #[error("cell {cell:?} ({kind}, CPU {cpu}) did not report running within {waited:?}")]
-    StartTimeout {
-        cell: String,
-        kind: CellKind,
-        cpu: usize,
-        waited: Duration,
-    },
+    StartTimeout { cell: String, kind: CellKind, cpu: usize, waited: Duration },
     #[error("region: {0}")]
     Region(rtcell_shm::AttachError),
+    #[error("cell {cell:?}: {source}")]
+    Kvm { cell: String, source: rtcell_kvm::KvmError },
+    #[error("cell {cell:?}: no payload named {payload:?} (built-in payloads: {known})")]
+    NoPayload { cell: String, payload: String, known: String },
 }
 
 /// Final account of a cell.
@@ -151,6 +161,7 @@ pub struct CellReport {
 enum Runner {
     Thread(Option<JoinHandle<()>>),
     Process(Child),
+    Kvm(Option<rtcell_kvm::KvmCell>),
 }
 
 /// A started cell.
@@ -190,20 +201,12 @@ fn region_of(shm: &SharedMemory) -> Result<RegionView<'_>, CellError> {
 /// Runs the cell body in the calling thread (a thread cell's thread, or a process cell's main thread):
 /// real-time setup, the workload, and the final state in the control block.
 fn cell_body(spec: &CellSpec, region: &RegionView<'_>, ctl: &ControlBlock<'_>) {
-    let req = RtRequest {
-        cpu: Some(spec.cpu),
-        fifo_priority: spec.priority,
-        lock_memory: spec.lock_memory,
-    };
+    let req = RtRequest { cpu: Some(spec.cpu), fifo_priority: spec.priority, lock_memory: spec.lock_memory };
     match apply_rt(&req) {
         Ok(w) if !w.is_empty() => ctl.finish(CellState::Starting, 0, &w.join("\n")),
         Ok(_) => {}
         Err(e) => {
-            ctl.finish(
-                CellState::Faulted,
-                1,
-                &format!("real-time setup failed: {e}"),
-            );
+            ctl.finish(CellState::Faulted, 1, &format!("real-time setup failed: {e}"));
             return;
         }
     }
@@ -229,12 +232,8 @@ impl Cell {
     pub fn start(spec: CellSpec, shm: Arc<SharedMemory>) -> Result<Cell, CellError> {
         {
             let region = region_of(&shm)?;
-            ControlBlock::attach(&region, &spec.name).map_err(|source| {
-                CellError::NoControlBlock {
-                    cell: spec.name.clone(),
-                    source,
-                }
-            })?;
+            ControlBlock::attach(&region, &spec.name)
+                .map_err(|source| CellError::NoControlBlock { cell: spec.name.clone(), source })?;
         }
         let spawned_ns = control::now_ns();
         let runner = match spec.kind {
@@ -252,23 +251,17 @@ impl Cell {
                         };
                         cell_body(&spec2, &region, &ctl);
                     })
-                    .map_err(|source| CellError::Spawn {
-                        cell: spec.name.clone(),
-                        kind: spec.kind,
-                        source,
-                    })?;
+                    .map_err(|source| CellError::Spawn { cell: spec.name.clone(), kind: spec.kind, source })?;
                 Runner::Thread(Some(handle))
             }
             CellKind::Process => Runner::Process(spawn_process(&spec, &shm)?),
+            CellKind::Kvm => Runner::Kvm(Some(start_kvm(&spec, &shm)?)),
         };
-        Ok(Cell {
-            spec,
-            shm,
-            runner,
-            spawned_ns,
-            warnings: Vec::new(),
-            stop_sent: false,
-        })
+        let warnings = match &runner {
+            Runner::Kvm(Some(k)) => k.warnings().to_vec(),
+            _ => Vec::new(),
+        };
+        Ok(Cell { spec, shm, runner, spawned_ns, warnings, stop_sent: false })
     }
 
     pub fn spec(&self) -> &CellSpec {
@@ -291,7 +284,7 @@ impl Cell {
     pub fn pid(&self) -> Option<u32> {
         match &self.runner {
             Runner::Process(c) => Some(c.id()),
-            Runner::Thread(_) => None,
+            Runner::Thread(_) | Runner::Kvm(_) => None,
         }
     }
 
@@ -313,9 +306,7 @@ impl Cell {
             Ok(CellState::Done) => CellStatus::Done(c.exit_code()),
             Ok(CellState::Faulted) => CellStatus::Faulted(c.message()),
             Ok(CellState::Stopped) => CellStatus::Stopped,
-            Err(v) => CellStatus::Faulted(format!(
-                "cell wrote an impossible state {v} into its control block"
-            )),
+            Err(v) => CellStatus::Faulted(format!("cell wrote an impossible state {v} into its control block")),
         })
         .unwrap_or_else(|| CellStatus::Faulted("control block no longer readable".into()))
     }
@@ -327,19 +318,14 @@ impl Cell {
             Runner::Thread(h) => {
                 let finished = h.as_ref().is_none_or(|h| h.is_finished());
                 if finished && !reported.is_finished() {
-                    return CellStatus::Faulted(
-                        "cell thread ended without reporting a final state".into(),
-                    );
+                    return CellStatus::Faulted("cell thread ended without reporting a final state".into());
                 }
                 reported
             }
             Runner::Process(child) => match child.try_wait() {
                 Ok(Some(st)) => {
                     if let Some(sig) = st.signal() {
-                        CellStatus::Killed {
-                            signal: sig,
-                            name: signal_name(sig),
-                        }
+                        CellStatus::Killed { signal: sig, name: signal_name(sig) }
                     } else if reported.is_finished() {
                         reported
                     } else {
@@ -352,6 +338,38 @@ impl Cell {
                 Ok(None) => reported,
                 Err(e) => CellStatus::Faulted(format!("cannot wait for the cell process: {e}")),
             },
+            // The monitor's verdict wins over the control block, which the guest can write.
+            Runner::Kvm(k) => match k.as_ref().and_then(|k| k.end()) {
+                None if k.is_none() => reported,
+                None => match reported {
+                    CellStatus::Starting | CellStatus::Running => reported,
+                    // The guest claims to be finished while its vCPU still runs: not yet.
+                    _ => CellStatus::Running,
+                },
+                Some(rtcell_kvm::VmEnd::Done(code)) => match reported {
+                    CellStatus::Stopped => CellStatus::Stopped,
+                    CellStatus::Faulted(m) => CellStatus::Faulted(m),
+                    _ => CellStatus::Done(code),
+                },
+                Some(rtcell_kvm::VmEnd::Stopped) => CellStatus::Stopped,
+                Some(other) => CellStatus::Faulted(other.reason()),
+            },
+        }
+    }
+
+    /// VM-exit counters of a kvm cell's vCPU, by reason (`exits`, `io_exits`, `mmio_exits`, ...).
+    pub fn vm_exits(&self) -> Option<std::collections::BTreeMap<String, u64>> {
+        match &self.runner {
+            Runner::Kvm(Some(k)) => k.exit_counts(),
+            _ => None,
+        }
+    }
+
+    /// Lines a kvm payload logged.
+    pub fn logs(&self) -> Vec<String> {
+        match &self.runner {
+            Runner::Kvm(Some(k)) => k.logs(),
+            _ => Vec::new(),
         }
     }
 
@@ -379,23 +397,20 @@ impl Cell {
                     waited: timeout,
                 });
             }
-            std::thread::sleep(Duration::from_micros(200));
+            std::thread::sleep(Duration::from_micros(50));
         }
-        let (first, msg) = self
-            .with_ctl(|c| (c.first_beat_ns(), c.message()))
-            .unwrap_or((0, String::new()));
-        self.warnings = msg
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(|l| format!("cell {:?}: {l}", self.spec.name))
-            .collect();
+        let seen_ns = control::now_ns();
+        let (first, msg) = self.with_ctl(|c| (c.first_beat_ns(), c.message())).unwrap_or((0, String::new()));
+        // A VM payload has no host clock: it reports 0, and its start is when we saw it running.
+        let first = if first == 0 { seen_ns } else { first };
+        self.warnings =
+            msg.lines().filter(|l| !l.is_empty()).map(|l| format!("cell {:?}: {l}", self.spec.name)).collect();
         Ok(Duration::from_nanos(first.saturating_sub(self.spawned_ns)))
     }
 
     /// Heartbeat and messages handled so far.
     pub fn progress(&self) -> (u64, u64) {
-        self.with_ctl(|c| (c.heartbeat(), c.handled()))
-            .unwrap_or((0, 0))
+        self.with_ctl(|c| (c.heartbeat(), c.handled())).unwrap_or((0, 0))
     }
 
     /// Asks the cell to stop and waits for it up to `timeout`; a process that does not stop is killed.
@@ -411,8 +426,7 @@ impl Cell {
             Runner::Process(child) => {
                 if !status.is_finished() {
                     let _ = child.kill();
-                    status =
-                        CellStatus::Faulted(format!("did not stop within {timeout:?}; killed"));
+                    status = CellStatus::Faulted(format!("did not stop within {timeout:?}; killed"));
                 }
                 let _ = child.wait();
             }
@@ -422,9 +436,16 @@ impl Cell {
                         let _ = h.join();
                     }
                 } else {
-                    status = CellStatus::Faulted(format!(
-                        "did not stop within {timeout:?}; thread left detached"
-                    ));
+                    status = CellStatus::Faulted(format!("did not stop within {timeout:?}; thread left detached"));
+                }
+            }
+            Runner::Kvm(k) => {
+                if let Some(k) = k.take() {
+                    let forced = !status.is_finished();
+                    let end = k.stop(Duration::from_millis(1));
+                    if forced {
+                        status = CellStatus::Faulted(format!("did not stop within {timeout:?}; vCPU stopped ({end})"));
+                    }
                 }
             }
         }
@@ -463,12 +484,45 @@ impl Drop for Cell {
     }
 }
 
-fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<Child, CellError> {
-    let err = |source| CellError::Spawn {
+static TSC_KHZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Hands kvm cells a TSC calibration the caller already has, so starting a cell does not calibrate again.
+pub fn set_tsc_khz(khz: u64) {
+    let _ = TSC_KHZ.set(khz);
+}
+
+/// TSC calibration shared by every kvm cell of the process (calibrating takes ~50 ms, once).
+fn tsc_khz() -> u64 {
+    *TSC_KHZ.get_or_init(|| rtcell_host::tsc::TscClock::calibrate().map(|t| t.khz()).unwrap_or(0))
+}
+
+fn start_kvm(spec: &CellSpec, shm: &Arc<SharedMemory>) -> Result<rtcell_kvm::KvmCell, CellError> {
+    let (payload, args, guest_writable) = spec.workload.kvm_payload(&spec.name);
+    let elf = rtcell_kvm::payloads::payload(&payload).ok_or_else(|| CellError::NoPayload {
         cell: spec.name.clone(),
-        kind: spec.kind,
-        source,
+        payload: payload.clone(),
+        known: rtcell_kvm::payloads::NAMES.join(", "),
+    })?;
+    let cfg = rtcell_kvm::KvmConfig {
+        name: spec.name.clone(),
+        payload_name: payload,
+        payload: elf.into(),
+        args,
+        cpu: spec.cpu,
+        priority: spec.priority,
+        lock_memory: spec.lock_memory,
+        ram_size: spec.vm.ram_mib as u64 * (1 << 20),
+        region: Arc::clone(shm),
+        guest_writable,
+        exception_handlers: spec.vm.exception_handlers,
+        tsc_khz: tsc_khz(),
+        watchdog: spec.vm.watchdog_ms.map(Duration::from_millis),
     };
+    rtcell_kvm::KvmCell::start(cfg).map_err(|source| CellError::Kvm { cell: spec.name.clone(), source })
+}
+
+fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<Child, CellError> {
+    let err = |source| CellError::Spawn { cell: spec.name.clone(), kind: spec.kind, source };
     let exe = cell_executable().map_err(err)?;
     let spec_json = serde_json::to_string(spec).map_err(|e| err(std::io::Error::other(e)))?;
     let fd = shm.fd();
@@ -481,17 +535,13 @@ fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<Child, CellError
         .arg(parent.to_string())
         .arg("--spec")
         .arg(spec_json);
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
     // functions (fcntl, prctl) on values copied in.
     unsafe {
         cmd.pre_exec(move || {
             // Let the region's memfd survive exec, and die with our parent rather than spin orphaned.
-            if libc::fcntl(fd, libc::F_SETFD, 0) != 0
-                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
-            {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

@@ -13,12 +13,30 @@ use crate::control::ControlBlock;
 pub enum WorkloadSpec {
     /// Loopback responder: every message received on ring `rx` is copied into the cell's own memory and
     /// sent back on ring `tx`. With `notify`, the cell sleeps in a futex wait when idle instead of polling.
-    Echo {
-        rx: String,
-        tx: String,
-        max_frame: usize,
-        notify: bool,
-    },
+    Echo { rx: String, tx: String, max_frame: usize, notify: bool },
+    /// A named payload with its arguments, for kvm cells only (e.g. `spin`, `faults`). `guest_writes` names
+    /// the channels the payload may write; the rest of the region is read-only to it.
+    Payload { payload: String, args: String, guest_writes: Vec<String> },
+}
+
+impl WorkloadSpec {
+    /// What runs this workload in a kvm cell: payload name, its arguments, and the channels it writes
+    /// (its control block included).
+    pub fn kvm_payload(&self, cell: &str) -> (String, String, Vec<String>) {
+        let ctl = crate::control::channel_name(cell);
+        match self {
+            WorkloadSpec::Echo { rx, tx, max_frame, .. } => (
+                "echo".into(),
+                format!("cell={cell}\nrx={rx}\ntx={tx}\nmax_frame={max_frame}\n"),
+                vec![rx.clone(), tx.clone(), ctl],
+            ),
+            WorkloadSpec::Payload { payload, args, guest_writes } => {
+                let mut w = guest_writes.clone();
+                w.push(ctl);
+                (payload.clone(), format!("cell={cell}\n{args}"), w)
+            }
+        }
+    }
 }
 
 /// How a workload ended, when it ended on its own.
@@ -40,12 +58,10 @@ const IDLE_WAIT_NS: u64 = 1_000_000;
 /// Runs `spec` until it ends or a stop is requested.
 pub fn run(spec: &WorkloadSpec, region: &RegionView<'_>, ctl: &ControlBlock<'_>) -> WorkloadEnd {
     match spec {
-        WorkloadSpec::Echo {
-            rx,
-            tx,
-            max_frame,
-            notify,
-        } => echo(region, ctl, rx, tx, *max_frame, *notify),
+        WorkloadSpec::Echo { rx, tx, max_frame, notify } => echo(region, ctl, rx, tx, *max_frame, *notify),
+        WorkloadSpec::Payload { payload, .. } => {
+            WorkloadEnd::Faulted(format!("payload {payload:?} runs only in a kvm cell"))
+        }
     }
 }
 

@@ -49,13 +49,13 @@ pub const fn hypercall_gpa(n: u16) -> u64 {
 }
 
 /// Hypercall: log the `value` bytes of text at `MSG_GPA`.
-pub const PORT_LOG: u16 = 0x10;
+pub const HC_LOG: u16 = 0x10;
 /// Hypercall: the payload is done; `value` is its exit code. The vCPU does not run again.
-pub const PORT_DONE: u16 = 0x11;
+pub const HC_DONE: u16 = 0x11;
 /// Hypercall: the payload panicked; `value` bytes of message at `MSG_GPA`. The vCPU does not run again.
-pub const PORT_PANIC: u16 = 0x12;
+pub const HC_PANIC: u16 = 0x12;
 /// Hypercall from the exception handlers: `value` = vector; [`FaultInfo`] at `MSG_GPA`.
-pub const PORT_FAULT: u16 = 0x13;
+pub const HC_FAULT: u16 = 0x13;
 
 /// The boot-info page, like Jailhouse's comm region: what the payload needs to know about its cell.
 /// Written by the monitor before the vCPU starts; read-only to the payload.
@@ -74,7 +74,7 @@ pub struct BootInfo {
     pub region_gpa: u64,
     pub region_size: u64,
     pub ram_size: u64,
-    /// Initial stack pointer (top of RAM).
+    /// Top of the stack: the end of RAM. The vCPU starts with RSP 8 below it, as if `_start` had been called.
     pub stack_top: u64,
     pub msg_gpa: u64,
     pub msg_size: u64,
@@ -98,7 +98,7 @@ impl BootInfo {
     }
 }
 
-/// What an exception handler reports through `PORT_FAULT` (written at `MSG_GPA`).
+/// What an exception handler reports through `HC_FAULT` (written at `MSG_GPA`).
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
 pub struct FaultInfo {

@@ -50,12 +50,7 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn new(item: &str, level: Level, detail: impl Into<String>) -> Verdict {
-        Verdict {
-            item: item.to_string(),
-            level,
-            detail: detail.into(),
-            fix: None,
-        }
+        Verdict { item: item.to_string(), level, detail: detail.into(), fix: None }
     }
 
     pub fn ok(item: &str, detail: impl Into<String>) -> Verdict {
@@ -98,10 +93,7 @@ pub struct CheckOptions {
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions {
-            steal_pct: None,
-            steal_sample: Duration::from_millis(200),
-        }
+        CheckOptions { steal_pct: None, steal_sample: Duration::from_millis(200) }
     }
 }
 
@@ -142,32 +134,15 @@ pub fn check_cell_cpu_with(root: &HostRoot, cell_cpu: usize, opts: &CheckOptions
 /// CPUs left for the Linux side: online, not isolated, not the cell. Falls back to "every other
 /// online CPU" when isolation would leave nothing.
 fn housekeeping_cpus(online: &[usize], isolated: &[usize], cell: usize) -> Vec<usize> {
-    let hk: Vec<usize> = online
-        .iter()
-        .copied()
-        .filter(|c| *c != cell && !isolated.contains(c))
-        .collect();
-    if hk.is_empty() {
-        online.iter().copied().filter(|c| *c != cell).collect()
-    } else {
-        hk
-    }
+    let hk: Vec<usize> = online.iter().copied().filter(|c| *c != cell && !isolated.contains(c)).collect();
+    if hk.is_empty() { online.iter().copied().filter(|c| *c != cell).collect() } else { hk }
 }
 
 fn hk_text(hk: &[usize]) -> String {
-    if hk.is_empty() {
-        "<housekeeping CPUs>".to_string()
-    } else {
-        format_cpu_list(hk)
-    }
+    if hk.is_empty() { "<housekeeping CPUs>".to_string() } else { format_cpu_list(hk) }
 }
 
-fn check_exists(
-    out: &mut Vec<Verdict>,
-    root: &HostRoot,
-    cell: usize,
-    online: &Result<Vec<usize>, ReadError>,
-) -> bool {
+fn check_exists(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize, online: &Result<Vec<usize>, ReadError>) -> bool {
     const ITEM: &str = "cpu";
     match online {
         Ok(list) if list.contains(&cell) => {
@@ -175,43 +150,23 @@ fn check_exists(
                 out.push(
                     Verdict::warn(
                         ITEM,
-                        format!(
-                            "CPU {cell} is the only online CPU: nothing is left for the Linux side"
-                        ),
+                        format!("CPU {cell} is the only online CPU: nothing is left for the Linux side"),
                     )
                     .with_fix("use a machine (or VM) with at least two CPUs"),
                 );
             } else {
-                out.push(Verdict::ok(
-                    ITEM,
-                    format!(
-                        "CPU {cell} is online (online CPUs: {})",
-                        format_cpu_list(list)
-                    ),
-                ));
+                out.push(Verdict::ok(ITEM, format!("CPU {cell} is online (online CPUs: {})", format_cpu_list(list))));
             }
             true
         }
         Ok(list) => {
             let present = root.exists(&format!("/sys/devices/system/cpu/cpu{cell}"));
             let v = if present {
-                Verdict::bad(
-                    ITEM,
-                    format!(
-                        "CPU {cell} is offline (online CPUs: {})",
-                        format_cpu_list(list)
-                    ),
-                )
-                .with_fix(format!("echo 1 > /sys/devices/system/cpu/cpu{cell}/online"))
+                Verdict::bad(ITEM, format!("CPU {cell} is offline (online CPUs: {})", format_cpu_list(list)))
+                    .with_fix(format!("echo 1 > /sys/devices/system/cpu/cpu{cell}/online"))
             } else {
-                Verdict::bad(
-                    ITEM,
-                    format!(
-                        "CPU {cell} does not exist (online CPUs: {})",
-                        format_cpu_list(list)
-                    ),
-                )
-                .with_fix(format!("choose a cell CPU among {}", format_cpu_list(list)))
+                Verdict::bad(ITEM, format!("CPU {cell} does not exist (online CPUs: {})", format_cpu_list(list)))
+                    .with_fix(format!("choose a cell CPU among {}", format_cpu_list(list)))
             };
             out.push(v);
             false
@@ -240,10 +195,7 @@ fn check_isolation(out: &mut Vec<Verdict>, cell: usize, isolated: &Result<Vec<us
     match isolated {
         Ok(list) if list.contains(&cell) => out.push(Verdict::ok(
             ITEM,
-            format!(
-                "CPU {cell} is isolated from load balancing (isolated CPUs: {})",
-                format_cpu_list(list)
-            ),
+            format!("CPU {cell} is isolated from load balancing (isolated CPUs: {})", format_cpu_list(list)),
         )),
         Ok(list) => {
             let others = if list.is_empty() {
@@ -268,35 +220,23 @@ fn check_nohz_full(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) -> Opti
     const ITEM: &str = "nohz_full";
     match cpu::read_cpu_list(root, "/sys/devices/system/cpu/nohz_full") {
         Ok(list) if list.contains(&cell) => {
-            out.push(Verdict::ok(
-                ITEM,
-                format!("the scheduler tick stops on CPU {cell} while it runs a single task"),
-            ));
+            out.push(Verdict::ok(ITEM, format!("the scheduler tick stops on CPU {cell} while it runs a single task")));
             Some(list)
         }
         Ok(list) => {
             out.push(
                 Verdict::warn(
                     ITEM,
-                    format!(
-                        "the periodic scheduler tick still interrupts CPU {cell} (not in nohz_full)"
-                    ),
+                    format!("the periodic scheduler tick still interrupts CPU {cell} (not in nohz_full)"),
                 )
-                .with_fix(format!(
-                    "add `nohz_full={cell}` to the kernel command line and reboot"
-                )),
+                .with_fix(format!("add `nohz_full={cell}` to the kernel command line and reboot")),
             );
             Some(list)
         }
         Err(e) if e.is_not_found() => {
             out.push(
-                Verdict::warn(
-                    ITEM,
-                    format!("{e} (the kernel is built without CONFIG_NO_HZ_FULL)"),
-                )
-                .with_fix(
-                    "boot a kernel built with CONFIG_NO_HZ_FULL to stop the tick on the cell CPU",
-                ),
+                Verdict::warn(ITEM, format!("{e} (the kernel is built without CONFIG_NO_HZ_FULL)"))
+                    .with_fix("boot a kernel built with CONFIG_NO_HZ_FULL to stop the tick on the cell CPU"),
             );
             None
         }
@@ -325,10 +265,8 @@ pub fn cmdline_cpus(value: &str, online: &[usize]) -> Result<Vec<usize>, String>
     if value.trim() == "all" {
         return Ok(online.to_vec());
     }
-    let list: Vec<&str> = value
-        .split(',')
-        .filter(|p| !p.chars().next().is_some_and(|c| c.is_ascii_alphabetic()))
-        .collect();
+    let list: Vec<&str> =
+        value.split(',').filter(|p| !p.chars().next().is_some_and(|c| c.is_ascii_alphabetic())).collect();
     parse_cpu_list(&list.join(","))
 }
 
@@ -346,34 +284,19 @@ fn check_rcu_nocbs(
     };
     // nohz_full CPUs are offloaded implicitly.
     if nohz.as_ref().is_some_and(|l| l.contains(&cell)) {
-        return out.push(Verdict::ok(
-            ITEM,
-            format!("RCU callbacks are offloaded from CPU {cell} (implied by nohz_full)"),
-        ));
+        return out
+            .push(Verdict::ok(ITEM, format!("RCU callbacks are offloaded from CPU {cell} (implied by nohz_full)")));
     }
-    let offloaded = cmdline_param(cmdline, "rcu_nocbs")
-        .map(|v| cmdline_cpus(v, online))
-        .transpose();
+    let offloaded = cmdline_param(cmdline, "rcu_nocbs").map(|v| cmdline_cpus(v, online)).transpose();
     match offloaded {
         Ok(Some(list)) if list.contains(&cell) => {
-            out.push(Verdict::ok(
-                ITEM,
-                format!("RCU callbacks are offloaded from CPU {cell} (rcu_nocbs=)"),
-            ));
+            out.push(Verdict::ok(ITEM, format!("RCU callbacks are offloaded from CPU {cell} (rcu_nocbs=)")));
         }
         Ok(_) => out.push(
-            Verdict::warn(
-                ITEM,
-                format!("RCU callbacks may run on CPU {cell} (not in rcu_nocbs=)"),
-            )
-            .with_fix(format!(
-                "add `rcu_nocbs={cell}` to the kernel command line and reboot"
-            )),
+            Verdict::warn(ITEM, format!("RCU callbacks may run on CPU {cell} (not in rcu_nocbs=)"))
+                .with_fix(format!("add `rcu_nocbs={cell}` to the kernel command line and reboot")),
         ),
-        Err(why) => out.push(Verdict::warn(
-            ITEM,
-            format!("could not parse rcu_nocbs= on /proc/cmdline: {why}"),
-        )),
+        Err(why) => out.push(Verdict::warn(ITEM, format!("could not parse rcu_nocbs= on /proc/cmdline: {why}"))),
     }
 }
 
@@ -447,9 +370,7 @@ pub fn parse_cpu_mask(text: &str) -> Result<Vec<usize>, String> {
     }
     let mut cpus = Vec::new();
     for (i, c) in digits.iter().rev().enumerate() {
-        let v = c
-            .to_digit(16)
-            .ok_or_else(|| format!("bad CPU mask {text:?}"))?;
+        let v = c.to_digit(16).ok_or_else(|| format!("bad CPU mask {text:?}"))?;
         for b in 0..4 {
             if v & (1 << b) != 0 {
                 cpus.push(i * 4 + b);
@@ -485,11 +406,7 @@ fn irq_name(root: &HostRoot, line: &IrqLine, n: u32) -> String {
             return dirs.join(", ");
         }
     }
-    line.description
-        .split_whitespace()
-        .last()
-        .unwrap_or("?")
-        .to_string()
+    line.description.split_whitespace().last().unwrap_or("?").to_string()
 }
 
 fn check_irqs(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize, hk: &[usize]) {
@@ -498,10 +415,7 @@ fn check_irqs(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize, hk: &[usize]
         Ok(text) => match parse_interrupts(&text) {
             Ok(l) => l,
             Err(why) => {
-                return out.push(Verdict::warn(
-                    ITEM,
-                    format!("could not parse /proc/interrupts: {why}"),
-                ));
+                return out.push(Verdict::warn(ITEM, format!("could not parse /proc/interrupts: {why}")));
             }
         },
         Err(e) => return out.push(Verdict::unreadable(ITEM, &e)),
@@ -544,22 +458,13 @@ fn check_irqs(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize, hk: &[usize]
     match root.read_optional("/proc/irq/default_smp_affinity") {
         Ok(Some(text)) => match parse_cpu_mask(&text) {
             Ok(mask) if mask.contains(&cell) => {
-                default_note = format!(
-                    "; IRQs registered later default to CPUs {}",
-                    format_cpu_list(&mask)
-                );
+                default_note = format!("; IRQs registered later default to CPUs {}", format_cpu_list(&mask));
                 if !hk.is_empty() {
-                    default_fix = format!(
-                        "; echo {} > /proc/irq/default_smp_affinity",
-                        format_cpu_mask(hk)
-                    );
+                    default_fix = format!("; echo {} > /proc/irq/default_smp_affinity", format_cpu_mask(hk));
                 }
             }
             Ok(_) => {}
-            Err(why) => out.push(Verdict::warn(
-                ITEM,
-                format!("could not parse /proc/irq/default_smp_affinity: {why}"),
-            )),
+            Err(why) => out.push(Verdict::warn(ITEM, format!("could not parse /proc/irq/default_smp_affinity: {why}"))),
         },
         Ok(None) => {}
         Err(e) => out.push(Verdict::unreadable(ITEM, &e)),
@@ -573,16 +478,8 @@ fn check_irqs(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize, hk: &[usize]
         )
     };
     if routed.is_empty() {
-        let level = if default_note.is_empty() {
-            Level::Ok
-        } else {
-            Level::Warn
-        };
-        let mut v = Verdict::new(
-            ITEM,
-            level,
-            format!("no device IRQ is routed to CPU {cell}{before}{default_note}"),
-        );
+        let level = if default_note.is_empty() { Level::Ok } else { Level::Warn };
+        let mut v = Verdict::new(ITEM, level, format!("no device IRQ is routed to CPU {cell}{before}{default_note}"));
         if !default_fix.is_empty() {
             v = v.with_fix(default_fix.trim_start_matches("; ").to_string());
         }
@@ -590,13 +487,11 @@ fn check_irqs(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize, hk: &[usize]
     } else {
         let listed: Vec<String> = routed
             .iter()
-            .map(|(n, name, count)| {
-                if *count > 0 {
-                    format!("{n} ({name}, {count} there so far)")
-                } else {
-                    format!("{n} ({name})")
-                }
-            })
+            .map(
+                |(n, name, count)| {
+                    if *count > 0 { format!("{n} ({name}, {count} there so far)") } else { format!("{n} ({name})") }
+                },
+            )
             .collect();
         let numbers: Vec<String> = routed.iter().map(|(n, _, _)| n.to_string()).collect();
         out.push(
@@ -620,10 +515,7 @@ fn check_irqs(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize, hk: &[usize]
     let per_cpu_detail = if per_cpu.is_empty() {
         format!("no per-CPU interrupts have fired on CPU {cell}")
     } else {
-        format!(
-            "per-CPU interrupts cannot be moved; on CPU {cell} since boot: {}",
-            per_cpu.join(", ")
-        )
+        format!("per-CPU interrupts cannot be moved; on CPU {cell} since boot: {}", per_cpu.join(", "))
     };
     out.push(Verdict::ok("per-cpu irqs", per_cpu_detail));
 }
@@ -634,9 +526,7 @@ fn check_governor(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
     if !root.exists(&dir) {
         // Under a hypervisor the host owns frequency; on bare metal a missing driver means the
         // firmware may still change it behind the kernel's back.
-        let in_vm = root
-            .read("/proc/cpuinfo")
-            .is_ok_and(|c| facts::cpuinfo_has_flag(&c, "hypervisor"));
+        let in_vm = root.read("/proc/cpuinfo").is_ok_and(|c| facts::cpuinfo_has_flag(&c, "hypervisor"));
         let v = if in_vm {
             Verdict::ok(ITEM, "no frequency scaling exposed (typical in a VM)")
         } else {
@@ -671,10 +561,7 @@ fn check_idle_states(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
     let states = match root.list_subdirs(&dir) {
         Ok(s) => s,
         Err(e) if e.is_not_found() => {
-            return out.push(Verdict::ok(
-                ITEM,
-                format!("no cpuidle states exposed for CPU {cell}"),
-            ));
+            return out.push(Verdict::ok(ITEM, format!("no cpuidle states exposed for CPU {cell}")));
         }
         Err(e) => return out.push(Verdict::unreadable(ITEM, &e)),
     };
@@ -701,16 +588,9 @@ fn check_idle_states(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
             deep.push(format!("{base}/disable"));
         }
     }
-    let list = if enabled.is_empty() {
-        "none".to_string()
-    } else {
-        enabled.join(", ")
-    };
+    let list = if enabled.is_empty() { "none".to_string() } else { enabled.join(", ") };
     if deep.is_empty() {
-        out.push(Verdict::ok(
-            ITEM,
-            format!("enabled idle states on CPU {cell}: {list}"),
-        ));
+        out.push(Verdict::ok(ITEM, format!("enabled idle states on CPU {cell}: {list}")));
     } else {
         out.push(
             Verdict::warn(
@@ -728,13 +608,7 @@ fn check_idle_states(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
     }
 }
 
-fn check_smt(
-    out: &mut Vec<Verdict>,
-    root: &HostRoot,
-    cell: usize,
-    online: &[usize],
-    isolated: &[usize],
-) {
+fn check_smt(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize, online: &[usize], isolated: &[usize]) {
     const ITEM: &str = "smt";
     let siblings = match cpu::smt_siblings_in(root, cell) {
         Ok(s) => s,
@@ -743,11 +617,7 @@ fn check_smt(
     if siblings.is_empty() {
         return out.push(Verdict::ok(ITEM, format!("CPU {cell} has no SMT sibling")));
     }
-    let busy: Vec<usize> = siblings
-        .iter()
-        .copied()
-        .filter(|s| online.contains(s) && !isolated.contains(s))
-        .collect();
+    let busy: Vec<usize> = siblings.iter().copied().filter(|s| online.contains(s) && !isolated.contains(s)).collect();
     if busy.is_empty() {
         out.push(Verdict::ok(
             ITEM,
@@ -761,10 +631,8 @@ fn check_smt(
         let list = format_cpu_list(&busy);
         let mut all = busy.clone();
         all.push(cell);
-        let offline: Vec<String> = busy
-            .iter()
-            .map(|s| format!("echo 0 > /sys/devices/system/cpu/cpu{s}/online"))
-            .collect();
+        let offline: Vec<String> =
+            busy.iter().map(|s| format!("echo 0 > /sys/devices/system/cpu/cpu{s}/online")).collect();
         out.push(
             Verdict::warn(
                 ITEM,
@@ -791,10 +659,7 @@ fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 fn has_fair_server(root: &HostRoot) -> bool {
-    root.read_trimmed("/proc/sys/kernel/osrelease")
-        .ok()
-        .and_then(|r| kernel_version(&r))
-        .is_some_and(|v| v >= (6, 12))
+    root.read_trimmed("/proc/sys/kernel/osrelease").ok().and_then(|r| kernel_version(&r)).is_some_and(|v| v >= (6, 12))
 }
 
 fn check_rt_throttling(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
@@ -812,10 +677,8 @@ fn check_rt_throttling(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
         String::new()
     };
     if runtime < 0 {
-        return out.push(Verdict::ok(
-            ITEM,
-            format!("real-time throttling is off (sched_rt_runtime_us = -1){fair_note}"),
-        ));
+        return out
+            .push(Verdict::ok(ITEM, format!("real-time throttling is off (sched_rt_runtime_us = -1){fair_note}")));
     }
     let period = match root.read_i64("/proc/sys/kernel/sched_rt_period_us") {
         Ok(p) => p,
@@ -827,9 +690,7 @@ fn check_rt_throttling(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
     if runtime >= period {
         return out.push(Verdict::ok(
             ITEM,
-            format!(
-                "sched_rt_runtime_us ({runtime}) covers the whole period ({period} us){fair_note}"
-            ),
+            format!("sched_rt_runtime_us ({runtime}) covers the whole period ({period} us){fair_note}"),
         ));
     }
     out.push(
@@ -867,10 +728,7 @@ fn check_fair_server(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
                 .map(|e| e.to_string())
                 .unwrap_or_else(|| format!("could not read {runtime_path}"));
             let v = match std::fs::metadata(root.path("/sys/kernel/debug/sched")) {
-                Ok(_) => Verdict::warn(
-                    ITEM,
-                    format!("{e} (this kernel has no fair server controls)"),
-                ),
+                Ok(_) => Verdict::warn(ITEM, format!("{e} (this kernel has no fair server controls)")),
                 Err(m) if m.kind() == std::io::ErrorKind::PermissionDenied => {
                     Verdict::warn(ITEM, format!("{e} (debugfs is readable by root only)"))
                         .with_fix("run the check as root")
@@ -887,10 +745,7 @@ fn check_fair_server(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
         Err(e) => return out.push(Verdict::unreadable(ITEM, &e)),
     };
     if runtime == 0 {
-        return out.push(Verdict::ok(
-            ITEM,
-            format!("the fair deadline server is off on CPU {cell}"),
-        ));
+        return out.push(Verdict::ok(ITEM, format!("the fair deadline server is off on CPU {cell}")));
     }
     let period = root.read_i64(&format!("{dir}/period")).ok();
     let every = period.map(|p| format!(" every {p} ns")).unwrap_or_default();
@@ -909,9 +764,7 @@ fn check_fair_server(out: &mut Vec<Verdict>, root: &HostRoot, cell: usize) {
 fn check_preemption(out: &mut Vec<Verdict>, root: &HostRoot) {
     const ITEM: &str = "preemption";
     let model = preempt_model_in(root);
-    let kernel = root
-        .read_trimmed("/proc/sys/kernel/osrelease")
-        .unwrap_or_else(|_| "unknown".into());
+    let kernel = root.read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_else(|_| "unknown".into());
     let fix = "boot a PREEMPT_RT kernel (Debian: linux-image-rt-amd64)";
     match model {
         "rt" => out.push(Verdict::ok(ITEM, format!("PREEMPT_RT kernel ({kernel})"))),
@@ -982,26 +835,17 @@ fn check_privileges(out: &mut Vec<Verdict>, root: &HostRoot) {
         Some(u) => u,
         None if root.is_system() => u32::from(!facts::is_root()),
         None => {
-            return out.push(Verdict::warn(
-                ITEM,
-                "could not find the effective uid in /proc/self/status",
-            ));
+            return out.push(Verdict::warn(ITEM, "could not find the effective uid in /proc/self/status"));
         }
     };
     if euid == 0 {
-        return out.push(Verdict::ok(
-            ITEM,
-            "running as root: SCHED_FIFO and mlockall are available",
-        ));
+        return out.push(Verdict::ok(ITEM, "running as root: SCHED_FIFO and mlockall are available"));
     }
-    let missing: BTreeSet<&str> = [
-        (CAP_SYS_NICE, "CAP_SYS_NICE"),
-        (CAP_IPC_LOCK, "CAP_IPC_LOCK"),
-    ]
-    .into_iter()
-    .filter(|(cap, _)| capability_in_status(&status, *cap) != Some(true))
-    .map(|(_, name)| name)
-    .collect();
+    let missing: BTreeSet<&str> = [(CAP_SYS_NICE, "CAP_SYS_NICE"), (CAP_IPC_LOCK, "CAP_IPC_LOCK")]
+        .into_iter()
+        .filter(|(cap, _)| capability_in_status(&status, *cap) != Some(true))
+        .map(|(_, name)| name)
+        .collect();
     if missing.is_empty() {
         return out.push(Verdict::ok(
             ITEM,
@@ -1031,11 +875,7 @@ fn check_privileges(out: &mut Vec<Verdict>, root: &HostRoot) {
 /// summary: 1 ok, 1 warn, 0 bad
 /// ```
 pub fn render_text(verdicts: &[Verdict]) -> String {
-    let width = verdicts
-        .iter()
-        .map(|v| v.item.chars().count() + 1)
-        .max()
-        .unwrap_or(0);
+    let width = verdicts.iter().map(|v| v.item.chars().count() + 1).max().unwrap_or(0);
     let indent = " ".repeat(Level::Ok.tag().len() + 1 + width + 1);
     let mut out = String::new();
     for v in verdicts {
@@ -1046,13 +886,7 @@ pub fn render_text(verdicts: &[Verdict]) -> String {
         }
     }
     let count = |l: Level| verdicts.iter().filter(|v| v.level == l).count();
-    let _ = writeln!(
-        out,
-        "summary: {} ok, {} warn, {} bad",
-        count(Level::Ok),
-        count(Level::Warn),
-        count(Level::Bad)
-    );
+    let _ = writeln!(out, "summary: {} ok, {} warn, {} bad", count(Level::Ok), count(Level::Warn), count(Level::Bad));
     out
 }
 
@@ -1084,11 +918,7 @@ ERR:          0\n";
         );
         write(base, "sys/devices/system/cpu/online", "0-1\n");
         write(base, "sys/devices/system/cpu/isolated", "\n");
-        write(
-            base,
-            "sys/devices/system/cpu/cpu1/topology/thread_siblings_list",
-            "1\n",
-        );
+        write(base, "sys/devices/system/cpu/cpu1/topology/thread_siblings_list", "1\n");
         write(base, "proc/cmdline", "BOOT_IMAGE=/vmlinuz quiet\n");
         write(base, "proc/interrupts", INTERRUPTS);
         write(base, "proc/irq/24/smp_affinity_list", "0\n");
@@ -1096,24 +926,12 @@ ERR:          0\n";
         std::fs::create_dir_all(base.join("proc/irq/36/virtio1-req.0")).unwrap();
         write(base, "proc/irq/41/smp_affinity_list", "0-1\n");
         write(base, "proc/irq/default_smp_affinity", "3\n");
-        write(
-            base,
-            "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor",
-            "powersave\n",
-        );
+        write(base, "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor", "powersave\n");
         write(base, "proc/sys/kernel/sched_rt_runtime_us", "950000\n");
         write(base, "proc/sys/kernel/sched_rt_period_us", "1000000\n");
         write(base, "proc/sys/kernel/osrelease", "6.1.0-18-amd64\n");
-        write(
-            base,
-            "proc/sys/kernel/version",
-            "#1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1\n",
-        );
-        write(
-            base,
-            "proc/self/status",
-            "Name:\trtcell\nUid:\t1000\t1000\t1000\t1000\nCapEff:\t0000000000000000\n",
-        );
+        write(base, "proc/sys/kernel/version", "#1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1\n");
+        write(base, "proc/self/status", "Name:\trtcell\nUid:\t1000\t1000\t1000\t1000\nCapEff:\t0000000000000000\n");
         write(base, "proc/stat", "cpu  1 0 1 10 0 0 0 0 0 0\n");
     }
 
@@ -1126,36 +944,19 @@ ERR:          0\n";
         write(base, "proc/irq/36/smp_affinity_list", "0\n");
         write(base, "proc/irq/41/smp_affinity_list", "0\n");
         write(base, "proc/irq/default_smp_affinity", "1\n");
-        write(
-            base,
-            "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor",
-            "performance\n",
-        );
+        write(base, "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor", "performance\n");
         write(base, "proc/sys/kernel/sched_rt_runtime_us", "-1\n");
-        write(
-            base,
-            "proc/sys/kernel/version",
-            "#1 SMP PREEMPT_RT Debian 6.1.76-1\n",
-        );
-        write(
-            base,
-            "proc/self/status",
-            "Name:\trtcell\nUid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n",
-        );
+        write(base, "proc/sys/kernel/version", "#1 SMP PREEMPT_RT Debian 6.1.76-1\n");
+        write(base, "proc/self/status", "Name:\trtcell\nUid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\n");
     }
 
     fn run(base: &Path, cpu: usize) -> Vec<Verdict> {
-        let opts = CheckOptions {
-            steal_pct: None,
-            steal_sample: Duration::ZERO,
-        };
+        let opts = CheckOptions { steal_pct: None, steal_sample: Duration::ZERO };
         check_cell_cpu_with(&HostRoot::at(base), cpu, &opts)
     }
 
     fn find<'a>(vs: &'a [Verdict], item: &str) -> &'a Verdict {
-        vs.iter()
-            .find(|v| v.item == item)
-            .unwrap_or_else(|| panic!("no {item} verdict in {vs:#?}"))
+        vs.iter().find(|v| v.item == item).unwrap_or_else(|| panic!("no {item} verdict in {vs:#?}"))
     }
 
     #[test]
@@ -1167,42 +968,21 @@ ERR:          0\n";
         assert_eq!(find(&vs, "cpu").level, Level::Ok);
         let iso = find(&vs, "isolation");
         assert_eq!(iso.level, Level::Warn);
-        assert!(
-            iso.fix
-                .as_deref()
-                .unwrap()
-                .contains("isolcpus=1 nohz_full=1 rcu_nocbs=1")
-        );
+        assert!(iso.fix.as_deref().unwrap().contains("isolcpus=1 nohz_full=1 rcu_nocbs=1"));
         // nohz_full file missing: its own finding, not a panic.
         let nohz = find(&vs, "nohz_full");
         assert_eq!(nohz.level, Level::Warn);
-        assert!(
-            nohz.detail
-                .contains("could not read /sys/devices/system/cpu/nohz_full"),
-            "{}",
-            nohz.detail
-        );
+        assert!(nohz.detail.contains("could not read /sys/devices/system/cpu/nohz_full"), "{}", nohz.detail);
         assert_eq!(find(&vs, "rcu_nocbs").level, Level::Warn);
 
         let irqs = find(&vs, "irqs");
         assert_eq!(irqs.level, Level::Warn);
-        assert!(
-            irqs.detail
-                .contains("36 (virtio1-req.0, 31445 there so far)"),
-            "{}",
-            irqs.detail
-        );
+        assert!(irqs.detail.contains("36 (virtio1-req.0, 31445 there so far)"), "{}", irqs.detail);
         assert!(irqs.detail.contains("41 (virtio3-rx)"), "{}", irqs.detail);
         assert!(!irqs.detail.contains("24 ("), "{}", irqs.detail);
         let fix = irqs.fix.as_deref().unwrap();
-        assert!(
-            fix.contains("for i in 36 41; do echo 0 > /proc/irq/$i/smp_affinity_list"),
-            "{fix}"
-        );
-        assert!(
-            fix.contains("echo 1 > /proc/irq/default_smp_affinity"),
-            "{fix}"
-        );
+        assert!(fix.contains("for i in 36 41; do echo 0 > /proc/irq/$i/smp_affinity_list"), "{fix}");
+        assert!(fix.contains("echo 1 > /proc/irq/default_smp_affinity"), "{fix}");
         assert!(fix.contains("irqbalance"), "{fix}");
         let per_cpu = find(&vs, "per-cpu irqs");
         assert!(per_cpu.detail.contains("LOC 9656"), "{}", per_cpu.detail);
@@ -1212,22 +992,16 @@ ERR:          0\n";
         assert_eq!(gov.level, Level::Warn);
         assert!(gov.detail.contains("powersave"));
         assert!(
-            gov.fix.as_deref().unwrap().contains(
-                "echo performance > /sys/devices/system/cpu/cpu1/cpufreq/scaling_governor"
-            )
+            gov.fix
+                .as_deref()
+                .unwrap()
+                .contains("echo performance > /sys/devices/system/cpu/cpu1/cpufreq/scaling_governor")
         );
 
         let rt = find(&vs, "rt throttling");
         assert_eq!(rt.level, Level::Warn);
-        assert!(
-            rt.detail.contains("throttled for 50 ms every second"),
-            "{}",
-            rt.detail
-        );
-        assert_eq!(
-            rt.fix.as_deref(),
-            Some("echo -1 > /proc/sys/kernel/sched_rt_runtime_us")
-        );
+        assert!(rt.detail.contains("throttled for 50 ms every second"), "{}", rt.detail);
+        assert_eq!(rt.fix.as_deref(), Some("echo -1 > /proc/sys/kernel/sched_rt_runtime_us"));
 
         let pre = find(&vs, "preemption");
         assert_eq!(pre.level, Level::Warn);
@@ -1251,11 +1025,7 @@ ERR:          0\n";
         for v in &vs {
             assert_eq!(v.level, Level::Ok, "{v:?}");
         }
-        assert!(
-            find(&vs, "irqs")
-                .detail
-                .contains("IRQs 36 (virtio1-req.0) fired on CPU 1 earlier")
-        );
+        assert!(find(&vs, "irqs").detail.contains("IRQs 36 (virtio1-req.0) fired on CPU 1 earlier"));
         assert!(find(&vs, "rt throttling").detail.contains("off"));
         assert!(find(&vs, "isolation").detail.contains("is isolated"));
     }
@@ -1275,13 +1045,7 @@ ERR:          0\n";
 
         std::fs::create_dir_all(dir.path().join("sys/devices/system/cpu/cpu7")).unwrap();
         let vs = run(dir.path(), 7);
-        assert!(
-            find(&vs, "cpu")
-                .fix
-                .as_deref()
-                .unwrap()
-                .contains("cpu7/online")
-        );
+        assert!(find(&vs, "cpu").fix.as_deref().unwrap().contains("cpu7/online"));
     }
 
     #[test]
@@ -1291,22 +1055,11 @@ ERR:          0\n";
         untuned(b);
         write(b, "sys/devices/system/cpu/online", "0-3\n");
         write(b, "sys/devices/system/cpu/isolated", "1\n");
-        write(
-            b,
-            "sys/devices/system/cpu/cpu1/topology/thread_siblings_list",
-            "1,3\n",
-        );
-        write(
-            b,
-            "proc/cpuinfo",
-            "processor\t: 0\nflags\t\t: fpu tsc hypervisor\n",
-        );
+        write(b, "sys/devices/system/cpu/cpu1/topology/thread_siblings_list", "1,3\n");
+        write(b, "proc/cpuinfo", "processor\t: 0\nflags\t\t: fpu tsc hypervisor\n");
         write(b, "sys/hypervisor/type", "xen\n");
         std::fs::remove_dir_all(b.join("sys/devices/system/cpu/cpu1/cpufreq")).unwrap();
-        let opts = CheckOptions {
-            steal_pct: Some(1.25),
-            steal_sample: Duration::ZERO,
-        };
+        let opts = CheckOptions { steal_pct: Some(1.25), steal_sample: Duration::ZERO };
         let vs = check_cell_cpu_with(&HostRoot::at(b), 1, &opts);
         let smt = find(&vs, "smt");
         assert_eq!(smt.level, Level::Warn);
@@ -1314,23 +1067,14 @@ ERR:          0\n";
         assert!(smt.fix.as_deref().unwrap().contains("isolcpus=1,3"));
         let hv = find(&vs, "hypervisor");
         assert_eq!(hv.level, Level::Warn);
-        assert!(
-            hv.detail.contains("Xen") && hv.detail.contains("steal 1.2%"),
-            "{}",
-            hv.detail
-        );
+        assert!(hv.detail.contains("Xen") && hv.detail.contains("steal 1.2%"), "{}", hv.detail);
         assert!(hv.detail.contains("maxima of several ms are expected"));
         let gov = find(&vs, "governor");
         assert_eq!(gov.level, Level::Ok);
         assert!(gov.detail.contains("typical in a VM"));
         // IRQs routed to 0-3 leave housekeeping CPUs 0,2-3 in the fix.
         let irqs = find(&vs, "irqs");
-        assert!(
-            irqs.fix
-                .as_deref()
-                .unwrap()
-                .contains("echo 0,2-3 > /proc/irq/$i/smp_affinity_list")
-        );
+        assert!(irqs.fix.as_deref().unwrap().contains("echo 0,2-3 > /proc/irq/$i/smp_affinity_list"));
     }
 
     #[test]
@@ -1342,33 +1086,15 @@ ERR:          0\n";
         let vs = run(b, 1);
         let fs = find(&vs, "fair server");
         assert_eq!(fs.level, Level::Warn);
-        assert!(
-            fs.detail
-                .contains("could not read /sys/kernel/debug/sched/fair_server/cpu1/runtime")
-        );
-        assert!(
-            find(&vs, "rt throttling")
-                .detail
-                .contains("fair deadline server")
-        );
+        assert!(fs.detail.contains("could not read /sys/kernel/debug/sched/fair_server/cpu1/runtime"));
+        assert!(find(&vs, "rt throttling").detail.contains("fair deadline server"));
 
-        write(
-            b,
-            "sys/kernel/debug/sched/fair_server/cpu1/runtime",
-            "50000000\n",
-        );
-        write(
-            b,
-            "sys/kernel/debug/sched/fair_server/cpu1/period",
-            "1000000000\n",
-        );
+        write(b, "sys/kernel/debug/sched/fair_server/cpu1/runtime", "50000000\n");
+        write(b, "sys/kernel/debug/sched/fair_server/cpu1/period", "1000000000\n");
         let vs = run(b, 1);
         let fs = find(&vs, "fair server");
         assert_eq!(fs.level, Level::Warn);
-        assert_eq!(
-            fs.fix.as_deref(),
-            Some("echo 0 > /sys/kernel/debug/sched/fair_server/cpu1/runtime")
-        );
+        assert_eq!(fs.fix.as_deref(), Some("echo 0 > /sys/kernel/debug/sched/fair_server/cpu1/runtime"));
         write(b, "sys/kernel/debug/sched/fair_server/cpu1/runtime", "0\n");
         assert_eq!(find(&run(b, 1), "fair server").level, Level::Ok);
     }
@@ -1379,23 +1105,14 @@ ERR:          0\n";
         let b = dir.path();
         tuned(b);
         let idle = "sys/devices/system/cpu/cpu1/cpuidle";
-        for (i, name, lat, dis) in [
-            (0, "POLL", "0", "0"),
-            (1, "C1", "2", "0"),
-            (2, "C6", "133", "0"),
-        ] {
+        for (i, name, lat, dis) in [(0, "POLL", "0", "0"), (1, "C1", "2", "0"), (2, "C6", "133", "0")] {
             write(b, &format!("{idle}/state{i}/name"), &format!("{name}\n"));
             write(b, &format!("{idle}/state{i}/latency"), &format!("{lat}\n"));
             write(b, &format!("{idle}/state{i}/disable"), &format!("{dis}\n"));
         }
         let v = find(&run(b, 1), "idle states").clone();
         assert_eq!(v.level, Level::Warn);
-        assert!(
-            v.fix
-                .as_deref()
-                .unwrap()
-                .contains("cpu1/cpuidle/state2/disable")
-        );
+        assert!(v.fix.as_deref().unwrap().contains("cpu1/cpuidle/state2/disable"));
         write(b, &format!("{idle}/state2/disable"), "1\n");
         assert_eq!(find(&run(b, 1), "idle states").level, Level::Ok);
     }
@@ -1404,25 +1121,17 @@ ERR:          0\n";
     fn empty_root_reports_unreadable_files_without_panicking() {
         let dir = tempfile::tempdir().unwrap();
         let vs = run(dir.path(), 1);
-        assert!(vs.iter().any(|v| {
-            v.detail
-                .starts_with("could not read /sys/devices/system/cpu/online")
-        }));
-        assert!(
-            vs.iter()
-                .any(|v| v.detail.starts_with("could not read /proc/interrupts"))
-        );
-        assert!(vs.iter().any(|v| {
-            v.detail
-                .starts_with("could not read /proc/sys/kernel/sched_rt_runtime_us")
-        }));
+        assert!(vs.iter().any(|v| { v.detail.starts_with("could not read /sys/devices/system/cpu/online") }));
+        assert!(vs.iter().any(|v| v.detail.starts_with("could not read /proc/interrupts")));
+        assert!(vs.iter().any(|v| { v.detail.starts_with("could not read /proc/sys/kernel/sched_rt_runtime_us") }));
         assert!(vs.iter().all(|v| v.level != Level::Bad));
     }
 
     #[test]
     fn interrupts_parsing_maps_columns_to_cpus() {
         // CPU 1 offline: the columns are CPU0 and CPU2.
-        let text = "           CPU0       CPU2\n  5:  3  4  IO-APIC 5-edge  eth0\nLOC: 10 20 Local timer interrupts\nERR: 0\n";
+        let text =
+            "           CPU0       CPU2\n  5:  3  4  IO-APIC 5-edge  eth0\nLOC: 10 20 Local timer interrupts\nERR: 0\n";
         let lines = parse_interrupts(text).unwrap();
         assert_eq!(lines[0].number, Some(5));
         assert_eq!(lines[0].count_on(2), Some(4));
@@ -1441,20 +1150,10 @@ ERR:          0\n";
         assert!(parse_cpu_mask("xyz").is_err());
         assert_eq!(format_cpu_mask(&[0, 2]), "5");
         assert_eq!(format_cpu_mask(&[0, 33]), "2,00000001");
-        assert_eq!(
-            parse_cpu_mask(&format_cpu_mask(&[1, 5, 40])).unwrap(),
-            vec![1, 5, 40]
-        );
-        let cmd =
-            "BOOT_IMAGE=/vmlinuz isolcpus=nohz,domain,managed_irq,2-3 rcu_nocbs=all -- isolcpus=9";
-        assert_eq!(
-            cmdline_param(cmd, "isolcpus"),
-            Some("nohz,domain,managed_irq,2-3")
-        );
-        assert_eq!(
-            cmdline_cpus("nohz,domain,managed_irq,2-3", &[]).unwrap(),
-            vec![2, 3]
-        );
+        assert_eq!(parse_cpu_mask(&format_cpu_mask(&[1, 5, 40])).unwrap(), vec![1, 5, 40]);
+        let cmd = "BOOT_IMAGE=/vmlinuz isolcpus=nohz,domain,managed_irq,2-3 rcu_nocbs=all -- isolcpus=9";
+        assert_eq!(cmdline_param(cmd, "isolcpus"), Some("nohz,domain,managed_irq,2-3"));
+        assert_eq!(cmdline_cpus("nohz,domain,managed_irq,2-3", &[]).unwrap(), vec![2, 3]);
         assert_eq!(cmdline_cpus("all", &[0, 1]).unwrap(), vec![0, 1]);
         assert_eq!(cmdline_param(cmd, "nohz_full"), None);
         assert_eq!(kernel_version("6.12.9-amd64"), Some((6, 12)));
@@ -1465,24 +1164,12 @@ ERR:          0\n";
     #[test]
     fn live_check_on_cpu_1() {
         let online = cpu::online_cpus().unwrap();
-        let cell = if online.contains(&1) {
-            1
-        } else {
-            *online.last().unwrap()
-        };
+        let cell = if online.contains(&1) { 1 } else { *online.last().unwrap() };
         let vs = check_cell_cpu(&HostRoot::system(), cell);
         assert_eq!(vs[0].item, "cpu");
         assert_ne!(vs[0].level, Level::Bad, "{:?}", vs[0]);
-        for item in [
-            "isolation",
-            "irqs",
-            "governor",
-            "smt",
-            "rt throttling",
-            "preemption",
-            "hypervisor",
-            "privileges",
-        ] {
+        for item in ["isolation", "irqs", "governor", "smt", "rt throttling", "preemption", "hypervisor", "privileges"]
+        {
             find(&vs, item);
         }
         for v in &vs {
@@ -1491,37 +1178,26 @@ ERR:          0\n";
         }
         let text = render_text(&vs);
         assert!(text.lines().last().unwrap().starts_with("summary: "));
-        assert_eq!(
-            text.lines().filter(|l| l.starts_with('[')).count(),
-            vs.len()
-        );
+        assert_eq!(text.lines().filter(|l| l.starts_with('[')).count(), vs.len());
     }
 
     #[test]
     fn render_text_aligns_and_summarises() {
         let vs = vec![
             Verdict::ok("cpu", "CPU 1 is online"),
-            Verdict::warn("rt throttling", "throttled")
-                .with_fix("echo -1 > /proc/sys/kernel/sched_rt_runtime_us"),
+            Verdict::warn("rt throttling", "throttled").with_fix("echo -1 > /proc/sys/kernel/sched_rt_runtime_us"),
             Verdict::bad("x", "broken"),
         ];
         let text = render_text(&vs);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "[ ok ] cpu:           CPU 1 is online");
         assert_eq!(lines[1], "[warn] rt throttling: throttled");
-        assert_eq!(
-            lines[2],
-            "                      fix: echo -1 > /proc/sys/kernel/sched_rt_runtime_us"
-        );
+        assert_eq!(lines[2], "                      fix: echo -1 > /proc/sys/kernel/sched_rt_runtime_us");
         assert_eq!(lines[3], "[bad ] x:             broken");
         assert_eq!(lines[4], "summary: 1 ok, 1 warn, 1 bad");
         let json = serde_json::to_string(&vs[1]).unwrap();
         assert!(json.contains(r#""level":"warn""#), "{json}");
         assert!(json.contains(r#""fix":"echo -1"#), "{json}");
-        assert!(
-            serde_json::to_string(&vs[0])
-                .unwrap()
-                .contains(r#""fix":null"#)
-        );
+        assert!(serde_json::to_string(&vs[0]).unwrap().contains(r#""fix":null"#));
     }
 }

@@ -40,17 +40,11 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
         let (used, group) = match stride {
             None => (1, 1),
             Some(s) => {
-                let (u, g) = s.split_once('/').ok_or_else(|| {
-                    format!("bad group {part:?} in CPU list {text:?}, expected a-b:used/size")
-                })?;
-                let u: usize = u
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("bad group {part:?} in CPU list {text:?}"))?;
-                let g: usize = g
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("bad group {part:?} in CPU list {text:?}"))?;
+                let (u, g) = s
+                    .split_once('/')
+                    .ok_or_else(|| format!("bad group {part:?} in CPU list {text:?}, expected a-b:used/size"))?;
+                let u: usize = u.trim().parse().map_err(|_| format!("bad group {part:?} in CPU list {text:?}"))?;
+                let g: usize = g.trim().parse().map_err(|_| format!("bad group {part:?} in CPU list {text:?}"))?;
                 if u == 0 || g == 0 || u > g {
                     return Err(format!("bad group {part:?} in CPU list {text:?}"));
                 }
@@ -70,13 +64,9 @@ pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
 
 fn parse_cpu(s: &str, whole: &str) -> Result<usize, String> {
     let s = s.trim();
-    let cpu: usize = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a CPU number in CPU list {whole:?}"))?;
+    let cpu: usize = s.parse().map_err(|_| format!("{s:?} is not a CPU number in CPU list {whole:?}"))?;
     if cpu > MAX_CPU {
-        return Err(format!(
-            "CPU {cpu} in CPU list {whole:?} is beyond {MAX_CPU}"
-        ));
+        return Err(format!("CPU {cpu} in CPU list {whole:?} is beyond {MAX_CPU}"));
     }
     Ok(cpu)
 }
@@ -180,19 +170,8 @@ pub fn pin_current_thread_to(cpus: &[usize]) -> io::Result<()> {
     let bytes = std::mem::size_of_val(mask.as_slice());
     // SAFETY: `mask` is a live, initialised buffer of exactly `bytes` bytes that the kernel only
     // reads; pid 0 means the calling thread.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sched_setaffinity,
-            0 as libc::pid_t,
-            bytes,
-            mask.as_ptr(),
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setaffinity, 0 as libc::pid_t, bytes, mask.as_ptr()) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// The CPUs the calling thread may run on.
@@ -204,14 +183,7 @@ pub fn current_affinity() -> io::Result<Vec<usize>> {
         let bytes = std::mem::size_of_val(mask.as_slice());
         // SAFETY: `mask` is a writable buffer of exactly `bytes` bytes; the kernel writes at most
         // that many and returns how many it wrote. pid 0 means the calling thread.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_sched_getaffinity,
-                0 as libc::pid_t,
-                bytes,
-                mask.as_mut_ptr(),
-            )
-        };
+        let rc = unsafe { libc::syscall(libc::SYS_sched_getaffinity, 0 as libc::pid_t, bytes, mask.as_mut_ptr()) };
         if rc >= 0 {
             let mut cpus = Vec::new();
             for (w, &word) in mask.iter().enumerate() {
@@ -237,10 +209,7 @@ fn cpu_mask(cpus: &[usize]) -> io::Result<Vec<libc::c_ulong>> {
     let word_bits = 8 * std::mem::size_of::<libc::c_ulong>();
     let max = cpus.iter().copied().max().unwrap_or(0);
     if max > MAX_CPU {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("CPU {max} is beyond {MAX_CPU}"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("CPU {max} is beyond {MAX_CPU}")));
     }
     let mut mask: Vec<libc::c_ulong> = vec![0; max / word_bits + 1];
     for &c in cpus {
@@ -268,26 +237,13 @@ mod tests {
         assert_eq!(parse_cpu_list("\n").unwrap(), Vec::<usize>::new());
         assert_eq!(parse_cpu_list("(null)\n").unwrap(), Vec::<usize>::new());
         assert_eq!(parse_cpu_list("5,1-2,2").unwrap(), vec![1, 2, 5]);
-        assert_eq!(
-            parse_cpu_list("0-15:2/4").unwrap(),
-            vec![0, 1, 4, 5, 8, 9, 12, 13]
-        );
+        assert_eq!(parse_cpu_list("0-15:2/4").unwrap(), vec![0, 1, 4, 5, 8, 9, 12, 13]);
         assert_eq!(parse_cpu_list(" 2 - 3 ").unwrap(), vec![2, 3]);
     }
 
     #[test]
     fn rejects_malformed_cpu_lists() {
-        for bad in [
-            "a",
-            "1-",
-            "3-1",
-            "1,,2",
-            "-1",
-            "0-99999999",
-            "0-3:0/4",
-            "0-3:5/4",
-            "0-3:1",
-        ] {
+        for bad in ["a", "1-", "3-1", "1,,2", "-1", "0-99999999", "0-3:0/4", "0-3:5/4", "0-3:1"] {
             assert!(parse_cpu_list(bad).is_err(), "{bad:?} should be rejected");
         }
     }

@@ -46,10 +46,7 @@ impl HostFacts {
         let cpuinfo = root.read("/proc/cpuinfo").unwrap_or_default();
         let cpus = match cpu::online_cpus_in(root) {
             Ok(list) => list.len(),
-            Err(_) => cpuinfo
-                .lines()
-                .filter(|l| cpuinfo_key(l) == Some("processor"))
-                .count(),
+            Err(_) => cpuinfo.lines().filter(|l| cpuinfo_key(l) == Some("processor")).count(),
         };
         let hypervisor = hypervisor_in(root, &cpuinfo);
         let kvm = kvm_kind_in(root, hypervisor.is_some()).to_string();
@@ -103,9 +100,7 @@ fn kernel_in(root: &HostRoot) -> String {
     let version = root.read_trimmed("/proc/sys/kernel/version");
     match (release, version) {
         (Ok(r), Ok(v)) => format!("{r} {v}"),
-        _ if root.is_system() => uname()
-            .map(|(r, v)| format!("{r} {v}"))
-            .unwrap_or_else(|| "unknown".into()),
+        _ if root.is_system() => uname().map(|(r, v)| format!("{r} {v}")).unwrap_or_else(|| "unknown".into()),
         _ => "unknown".to_string(),
     }
 }
@@ -119,11 +114,7 @@ fn uname() -> Option<(String, String)> {
         return None;
     }
     let field = |chars: &[libc::c_char]| {
-        let bytes: Vec<u8> = chars
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c as u8)
-            .collect();
+        let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
         String::from_utf8_lossy(&bytes).into_owned()
     };
     Some((field(&u.release), field(&u.version)))
@@ -151,11 +142,7 @@ pub fn hypervisor_name(vendor_id: &str) -> String {
 #[cfg(target_arch = "x86_64")]
 pub fn hypervisor_vendor_id() -> Option<String> {
     let r = crate::tsc::cpuid(0x4000_0000);
-    let bytes: Vec<u8> = [r.ebx, r.ecx, r.edx]
-        .iter()
-        .flat_map(|w| w.to_le_bytes())
-        .filter(|&b| b != 0)
-        .collect();
+    let bytes: Vec<u8> = [r.ebx, r.ecx, r.edx].iter().flat_map(|w| w.to_le_bytes()).filter(|&b| b != 0).collect();
     let s = String::from_utf8_lossy(&bytes).trim().to_string();
     (!s.is_empty()).then_some(s)
 }
@@ -169,10 +156,7 @@ pub fn hypervisor_vendor_id() -> Option<String> {
 /// flag (or `/sys/hypervisor/type`); the vendor from CPUID on the live system, else from
 /// `/sys/hypervisor/type`.
 pub fn hypervisor_in(root: &HostRoot, cpuinfo: &str) -> Option<String> {
-    let sys_type = root
-        .read_trimmed("/sys/hypervisor/type")
-        .ok()
-        .filter(|s| !s.is_empty());
+    let sys_type = root.read_trimmed("/sys/hypervisor/type").ok().filter(|s| !s.is_empty());
     if !cpuinfo_has_flag(cpuinfo, "hypervisor") && sys_type.is_none() {
         return None;
     }
@@ -201,11 +185,8 @@ pub fn kvm_kind() -> &'static str {
 /// than "missing" or "no permission" also count as "denied": KVM is there but unusable.
 pub fn kvm_kind_in(root: &HostRoot, hypervisor_present: bool) -> &'static str {
     use std::os::unix::fs::OpenOptionsExt;
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(root.path("/dev/kvm"));
+    let opened =
+        std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(root.path("/dev/kvm"));
     match opened {
         Ok(_) if hypervisor_present => "nested",
         Ok(_) => "hardware",
@@ -273,9 +254,7 @@ fn model_name(name: &str) -> Option<&'static str> {
 
 /// The parenthesised entry of `/sys/kernel/debug/sched/preempt`.
 fn debugfs_active_model(text: &str) -> Option<&'static str> {
-    text.split_whitespace()
-        .find_map(|t| t.strip_prefix('(').and_then(|t| t.strip_suffix(')')))
-        .and_then(model_name)
+    text.split_whitespace().find_map(|t| t.strip_prefix('(').and_then(|t| t.strip_suffix(')'))).and_then(model_name)
 }
 
 fn cmdline_preempt(cmdline: &str) -> Option<&'static str> {
@@ -314,16 +293,11 @@ pub fn preempt_model_in(root: &HostRoot) -> &'static str {
     let cmdline = root.read("/proc/cmdline").unwrap_or_default();
     let tokens: Vec<&str> = version.split_whitespace().collect();
     let resolved = realtime.as_deref().map(str::trim) == Some("1")
-        || tokens
-            .iter()
-            .any(|t| matches!(*t, "PREEMPT_RT" | "PREEMPT" | "PREEMPT_LAZY"));
+        || tokens.iter().any(|t| matches!(*t, "PREEMPT_RT" | "PREEMPT" | "PREEMPT_LAZY"));
     let needs_more = !resolved && debugfs.is_none() && cmdline_preempt(&cmdline).is_none();
     let boot_log = if needs_more && tokens.contains(&"PREEMPT_DYNAMIC") {
         root.kernel_log().ok().and_then(|log| {
-            log.iter().rev().find_map(|m| {
-                m.strip_prefix("Dynamic Preempt: ")
-                    .map(|s| s.trim().to_string())
-            })
+            log.iter().rev().find_map(|m| m.strip_prefix("Dynamic Preempt: ").map(|s| s.trim().to_string()))
         })
     } else {
         None
@@ -332,13 +306,7 @@ pub fn preempt_model_in(root: &HostRoot) -> &'static str {
         let release = root
             .read_trimmed("/proc/sys/kernel/osrelease")
             .ok()
-            .or_else(|| {
-                if root.is_system() {
-                    uname().map(|(r, _)| r)
-                } else {
-                    None
-                }
-            });
+            .or_else(|| if root.is_system() { uname().map(|(r, _)| r) } else { None });
         release.and_then(|r| root.read(&format!("/boot/config-{r}")).ok())
     } else {
         None
@@ -374,15 +342,9 @@ impl CpuTimes {
     /// Parses the aggregate `cpu` line of a `/proc/stat` text (older kernels have fewer columns;
     /// missing ones are zero).
     pub fn parse_proc_stat(stat: &str) -> Option<CpuTimes> {
-        let line = stat
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some("cpu"))?;
-        let nums: Vec<u64> = line
-            .split_whitespace()
-            .skip(1)
-            .map(|t| t.parse::<u64>())
-            .collect::<Result<_, _>>()
-            .ok()?;
+        let line = stat.lines().find(|l| l.split_whitespace().next() == Some("cpu"))?;
+        let nums: Vec<u64> =
+            line.split_whitespace().skip(1).map(|t| t.parse::<u64>()).collect::<Result<_, _>>().ok()?;
         if nums.len() < 4 {
             return None;
         }
@@ -440,10 +402,7 @@ impl StealSampler {
 
     pub fn start_in(root: &HostRoot) -> StealSampler {
         let start = read_cpu_times(root);
-        StealSampler {
-            root: root.clone(),
-            start,
-        }
+        StealSampler { root: root.clone(), start }
     }
 
     /// Steal since [`start`](Self::start) in percent of all CPU time; `None` when `/proc/stat` was
@@ -464,18 +423,12 @@ mod tests {
     use super::*;
 
     fn model(version: &str) -> &'static str {
-        preempt_model(&PreemptEvidence {
-            uname_version: version,
-            ..PreemptEvidence::default()
-        })
+        preempt_model(&PreemptEvidence { uname_version: version, ..PreemptEvidence::default() })
     }
 
     #[test]
     fn preempt_model_from_uname_strings() {
-        assert_eq!(
-            model("#1 SMP PREEMPT_RT Debian 6.1.76-1 (2024-02-01)"),
-            "rt"
-        );
+        assert_eq!(model("#1 SMP PREEMPT_RT Debian 6.1.76-1 (2024-02-01)"), "rt");
         assert_eq!(model("#1 SMP PREEMPT Debian 6.1.76-1"), "full");
         assert_eq!(model("#1 SMP PREEMPT_DYNAMIC Debian 6.1.76-1"), "dynamic");
         assert_eq!(model("#1 SMP PREEMPT_DYNAMIC @0"), "dynamic");
@@ -488,11 +441,7 @@ mod tests {
     #[test]
     fn preempt_model_uses_the_best_available_evidence() {
         let dynamic = "#1 SMP PREEMPT_DYNAMIC";
-        let rt = PreemptEvidence {
-            realtime: Some("1\n"),
-            uname_version: dynamic,
-            ..Default::default()
-        };
+        let rt = PreemptEvidence { realtime: Some("1\n"), uname_version: dynamic, ..Default::default() };
         assert_eq!(preempt_model(&rt), "rt");
         let debugfs = PreemptEvidence {
             uname_version: dynamic,
@@ -501,10 +450,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(preempt_model(&debugfs), "full");
-        let lazy = PreemptEvidence {
-            debugfs: Some("none voluntary full (lazy)\n"),
-            ..debugfs
-        };
+        let lazy = PreemptEvidence { debugfs: Some("none voluntary full (lazy)\n"), ..debugfs };
         assert_eq!(preempt_model(&lazy), "full");
         let cmdline = PreemptEvidence {
             uname_version: dynamic,
@@ -513,17 +459,11 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(preempt_model(&cmdline), "voluntary");
-        let boot = PreemptEvidence {
-            uname_version: dynamic,
-            boot_log: Some("none"),
-            ..Default::default()
-        };
+        let boot = PreemptEvidence { uname_version: dynamic, boot_log: Some("none"), ..Default::default() };
         assert_eq!(preempt_model(&boot), "none");
         let config = PreemptEvidence {
             uname_version: "#1 SMP",
-            kconfig: Some(
-                "CONFIG_PREEMPT_BUILD=y\n# CONFIG_PREEMPT is not set\nCONFIG_PREEMPT_VOLUNTARY=y\n",
-            ),
+            kconfig: Some("CONFIG_PREEMPT_BUILD=y\n# CONFIG_PREEMPT is not set\nCONFIG_PREEMPT_VOLUNTARY=y\n"),
             ..Default::default()
         };
         assert_eq!(preempt_model(&config), "voluntary");
@@ -577,11 +517,7 @@ mod tests {
         write(b, "sys/devices/system/cpu/online", "0-3\n");
         write(b, "sys/devices/system/cpu/isolated", "2-3\n");
         write(b, "proc/sys/kernel/osrelease", "6.1.0-18-rt-amd64\n");
-        write(
-            b,
-            "proc/sys/kernel/version",
-            "#1 SMP PREEMPT_RT Debian 6.1.76-1\n",
-        );
+        write(b, "proc/sys/kernel/version", "#1 SMP PREEMPT_RT Debian 6.1.76-1\n");
         write(b, "proc/cmdline", "BOOT_IMAGE=/vmlinuz isolcpus=2-3\n");
         write(b, "sys/hypervisor/type", "xen\n");
         let root = HostRoot::at(b);
@@ -589,10 +525,7 @@ mod tests {
         assert_eq!(f.cpu_model, "Test CPU 3000");
         assert_eq!(f.cpus, 4);
         assert_eq!(f.tsc_khz, Some(3_000_000));
-        assert_eq!(
-            f.kernel,
-            "6.1.0-18-rt-amd64 #1 SMP PREEMPT_RT Debian 6.1.76-1"
-        );
+        assert_eq!(f.kernel, "6.1.0-18-rt-amd64 #1 SMP PREEMPT_RT Debian 6.1.76-1");
         assert_eq!(f.preempt, "rt");
         assert_eq!(f.cmdline, "BOOT_IMAGE=/vmlinuz isolcpus=2-3");
         assert_eq!(f.isolated_cpus, vec![2, 3]);
@@ -626,9 +559,7 @@ mod tests {
     fn live_facts_have_the_schema_shape() {
         let f = HostFacts::collect(None);
         assert!(f.cpus >= 1);
-        assert!(
-            ["none", "voluntary", "full", "dynamic", "rt", "unknown"].contains(&f.preempt.as_str())
-        );
+        assert!(["none", "voluntary", "full", "dynamic", "rt", "unknown"].contains(&f.preempt.as_str()));
         assert!(["hardware", "nested", "absent", "denied"].contains(&f.kvm.as_str()));
         assert!(!f.kernel.is_empty());
         if f.hypervisor.is_some() {

@@ -21,10 +21,7 @@ pub struct ReadError {
 
 impl ReadError {
     pub fn new(path: impl Into<String>, source: io::Error) -> Self {
-        ReadError {
-            path: path.into(),
-            source,
-        }
+        ReadError { path: path.into(), source }
     }
 
     /// A file that was read but whose contents could not be parsed.
@@ -63,9 +60,7 @@ const KMSG_MAX_BYTES: usize = 8 << 20;
 impl HostRoot {
     /// The live system (`/`).
     pub fn system() -> Self {
-        HostRoot {
-            base: PathBuf::from("/"),
-        }
+        HostRoot { base: PathBuf::from("/") }
     }
 
     /// A fixture tree laid out like `/` (with `proc/...`, `sys/...` below `base`).
@@ -114,9 +109,7 @@ impl HostRoot {
     /// A file holding one integer (e.g. `/proc/sys/kernel/sched_rt_runtime_us`).
     pub fn read_i64(&self, logical: &str) -> Result<i64, ReadError> {
         let text = self.read_trimmed(logical)?;
-        text.parse::<i64>().map_err(|_| {
-            ReadError::invalid(logical, format!("expected an integer, found {text:?}"))
-        })
+        text.parse::<i64>().map_err(|_| ReadError::invalid(logical, format!("expected an integer, found {text:?}")))
     }
 
     /// Names of the entries of a directory, sorted.
@@ -146,8 +139,7 @@ impl HostRoot {
     /// old records may already have been overwritten, so callers treat it as best effort.
     pub fn kernel_log(&self) -> Result<Vec<String>, ReadError> {
         const LOGICAL: &str = "/dev/kmsg";
-        let mut file =
-            open_nonblocking(&self.path(LOGICAL)).map_err(|e| ReadError::new(LOGICAL, e))?;
+        let mut file = open_nonblocking(&self.path(LOGICAL)).map_err(|e| ReadError::new(LOGICAL, e))?;
         // /dev/kmsg returns one record per read() and EINVAL when the buffer is too small for it,
         // so read with a buffer larger than any record (the kernel limit is 1 KiB + dict).
         let mut buf = vec![0u8; 16 * 1024];
@@ -186,10 +178,7 @@ impl HostRoot {
 
 fn open_nonblocking(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)
 }
 
 #[cfg(test)]
@@ -199,16 +188,10 @@ mod tests {
     #[test]
     fn logical_paths_map_under_base() {
         let r = HostRoot::at("/some/fixture");
-        assert_eq!(
-            r.path("/proc/cmdline"),
-            PathBuf::from("/some/fixture/proc/cmdline")
-        );
+        assert_eq!(r.path("/proc/cmdline"), PathBuf::from("/some/fixture/proc/cmdline"));
         assert!(!r.is_system());
         assert!(HostRoot::system().is_system());
-        assert_eq!(
-            HostRoot::system().path("/proc/stat"),
-            PathBuf::from("/proc/stat")
-        );
+        assert_eq!(HostRoot::system().path("/proc/stat"), PathBuf::from("/proc/stat"));
     }
 
     #[test]
@@ -217,10 +200,7 @@ mod tests {
         let r = HostRoot::at(dir.path());
         let e = r.read("/proc/nothing").unwrap_err();
         assert!(e.is_not_found());
-        assert!(
-            e.to_string().starts_with("could not read /proc/nothing: "),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("could not read /proc/nothing: "), "{e}");
         assert!(r.read_optional("/proc/nothing").unwrap().is_none());
     }
 
@@ -234,12 +214,6 @@ mod tests {
         )
         .unwrap();
         let log = HostRoot::at(dir.path()).kernel_log().unwrap();
-        assert_eq!(
-            log,
-            vec![
-                "tsc: Detected 2596.122 MHz processor",
-                "Dynamic Preempt: none"
-            ]
-        );
+        assert_eq!(log, vec!["tsc: Detected 2596.122 MHz processor", "Dynamic Preempt: none"]);
     }
 }

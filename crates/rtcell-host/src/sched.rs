@@ -73,13 +73,7 @@ impl SchedError {
             Some(libc::EINVAL) | Some(libc::E2BIG) => Refusal::Invalid,
             _ => Refusal::Other,
         };
-        SchedError {
-            op: op.into(),
-            errno: io_errno_name(&source),
-            reason,
-            refusal,
-            source,
-        }
+        SchedError { op: op.into(), errno: io_errno_name(&source), reason, refusal, source }
     }
 
     fn invalid(op: impl Into<String>, reason: impl Into<String>) -> Self {
@@ -112,10 +106,7 @@ pub fn has_capability(cap: u32) -> Option<bool> {
 
 /// Looks a capability up in the `CapEff:` line of a `/proc/<pid>/status` text.
 pub fn capability_in_status(status: &str, cap: u32) -> Option<bool> {
-    let hex = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))?
-        .trim();
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
     let mask = u64::from_str_radix(hex, 16).ok()?;
     Some(cap < 64 && mask & (1u64 << cap) != 0)
 }
@@ -126,10 +117,7 @@ type RlimitResource = libc::__rlimit_resource_t;
 type RlimitResource = libc::c_int;
 
 fn rlimit(resource: RlimitResource) -> Option<libc::rlim_t> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `lim` is a valid, writable rlimit the call fills in.
     let rc = unsafe { libc::getrlimit(resource, &mut lim) };
     (rc == 0).then_some(lim.rlim_cur)
@@ -158,17 +146,9 @@ fn privilege_reason(cap: u32, cap_name: &str, rlimit_note: Option<String>) -> St
 /// Valid SCHED_FIFO priorities (1..=99 on Linux).
 pub fn fifo_priority_range() -> (i32, i32) {
     // SAFETY: both calls take a policy constant and only return a value.
-    let (min, max) = unsafe {
-        (
-            libc::sched_get_priority_min(libc::SCHED_FIFO),
-            libc::sched_get_priority_max(libc::SCHED_FIFO),
-        )
-    };
-    if min < 0 || max < 0 {
-        (1, 99)
-    } else {
-        (min, max)
-    }
+    let (min, max) =
+        unsafe { (libc::sched_get_priority_min(libc::SCHED_FIFO), libc::sched_get_priority_max(libc::SCHED_FIFO)) };
+    if min < 0 || max < 0 { (1, 99) } else { (min, max) }
 }
 
 /// Makes the calling thread SCHED_FIFO at `priority`.
@@ -176,14 +156,9 @@ pub fn set_fifo(priority: i32) -> Result<(), SchedError> {
     let op = format!("SCHED_FIFO {priority}");
     let (min, max) = fifo_priority_range();
     if priority < min || priority > max {
-        return Err(SchedError::invalid(
-            op,
-            format!("priority must be within {min}..={max}"),
-        ));
+        return Err(SchedError::invalid(op, format!("priority must be within {min}..={max}")));
     }
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
+    let param = libc::sched_param { sched_priority: priority };
     // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the calling thread.
     let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
     if rc == 0 {
@@ -217,11 +192,7 @@ pub fn set_normal() -> Result<(), SchedError> {
 pub fn current_policy() -> io::Result<i32> {
     // SAFETY: pid 0 is the calling thread; the call only returns a value.
     let p = unsafe { libc::sched_getscheduler(0) };
-    if p < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(p)
-    }
+    if p < 0 { Err(io::Error::last_os_error()) } else { Ok(p) }
 }
 
 /// `struct sched_attr` of `<linux/sched/types.h>`, first version (48 bytes); newer kernels accept
@@ -250,19 +221,10 @@ const DL_MIN_RUNTIME_NS: u64 = 1 << 10;
 /// for a thread whose affinity is narrower than its root domain, so a thread pinned to one CPU needs
 /// an exclusive cpuset partition for that CPU first.
 pub fn set_deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> Result<(), SchedError> {
-    let op = format!(
-        "SCHED_DEADLINE runtime {runtime_ns} ns / deadline {deadline_ns} ns / period {period_ns} ns"
-    );
-    let period = if period_ns == 0 {
-        deadline_ns
-    } else {
-        period_ns
-    };
+    let op = format!("SCHED_DEADLINE runtime {runtime_ns} ns / deadline {deadline_ns} ns / period {period_ns} ns");
+    let period = if period_ns == 0 { deadline_ns } else { period_ns };
     if runtime_ns < DL_MIN_RUNTIME_NS || runtime_ns > deadline_ns || deadline_ns > period {
-        return Err(SchedError::invalid(
-            op,
-            format!("need {DL_MIN_RUNTIME_NS} <= runtime <= deadline <= period"),
-        ));
+        return Err(SchedError::invalid(op, format!("need {DL_MIN_RUNTIME_NS} <= runtime <= deadline <= period")));
     }
     let attr = SchedAttr {
         size: std::mem::size_of::<SchedAttr>() as u32,
@@ -274,14 +236,7 @@ pub fn set_deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> Result
     };
     // SAFETY: `attr` is a fully initialised repr(C) sched_attr whose `size` field matches its
     // length; the kernel only reads it. pid 0 is the calling thread, flags must be 0.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_sched_setattr,
-            0 as libc::pid_t,
-            &attr as *const SchedAttr,
-            0u32,
-        )
-    };
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0 as libc::pid_t, &attr as *const SchedAttr, 0u32) };
     if rc == 0 {
         return Ok(());
     }
@@ -294,9 +249,7 @@ pub fn set_deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> Result
             domain; pin it through an exclusive cpuset partition (cpuset.cpus.partition=root) \
             instead of sched_setaffinity, or leave it unpinned"
             .to_string(),
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            privilege_reason(CAP_SYS_NICE, "CAP_SYS_NICE", None)
-        }
+        Some(libc::EPERM) | Some(libc::EACCES) => privilege_reason(CAP_SYS_NICE, "CAP_SYS_NICE", None),
         _ => err.to_string(),
     };
     Err(SchedError::from_os(op, err, reason))
@@ -350,11 +303,7 @@ pub fn memlock_cap() -> Option<u64> {
 pub fn unlock_memory() -> io::Result<()> {
     // SAFETY: munlockall has no arguments.
     let rc = unsafe { libc::munlockall() };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Stack kept free below the prefaulted region, so prefaulting can never reach the guard page.
@@ -432,11 +381,7 @@ pub fn set_timer_slack_ns(ns: u64) -> Result<(), SchedError> {
     }
     let err = io::Error::last_os_error();
     let reason = err.to_string();
-    Err(SchedError::from_os(
-        format!("timer slack {ns} ns"),
-        err,
-        reason,
-    ))
+    Err(SchedError::from_os(format!("timer slack {ns} ns"), err, reason))
 }
 
 /// What [`apply_rt`] should set up for the calling thread.
@@ -464,20 +409,13 @@ pub fn apply_rt(req: &RtRequest) -> Result<Vec<String>, HostError> {
     if let Some(p) = req.fifo_priority {
         let (min, max) = fifo_priority_range();
         if p < min || p > max {
-            return Err(HostError::InvalidPriority {
-                priority: p,
-                min,
-                max,
-            });
+            return Err(HostError::InvalidPriority { priority: p, min, max });
         }
     }
     if let Some(c) = req.cpu {
         match cpu::online_cpus() {
             Ok(online) if !online.contains(&c) => {
-                return Err(HostError::NoSuchCpu {
-                    cpu: c,
-                    online: cpu::format_cpu_list(&online),
-                });
+                return Err(HostError::NoSuchCpu { cpu: c, online: cpu::format_cpu_list(&online) });
             }
             _ => {}
         }
@@ -490,10 +428,7 @@ pub fn apply_rt(req: &RtRequest) -> Result<Vec<String>, HostError> {
                         .unwrap_or_else(|_| "unknown".to_string()),
                 }
             } else {
-                HostError::Pin {
-                    cpus: c.to_string(),
-                    source: e,
-                }
+                HostError::Pin { cpus: c.to_string(), source: e }
             });
         }
     }
@@ -560,10 +495,7 @@ mod tests {
     fn fifo_then_normal_on_a_scratch_thread() {
         std::thread::spawn(|| match set_fifo(10) {
             Ok(()) => {
-                assert_eq!(
-                    current_policy().unwrap() & !libc::SCHED_RESET_ON_FORK,
-                    libc::SCHED_FIFO
-                );
+                assert_eq!(current_policy().unwrap() & !libc::SCHED_RESET_ON_FORK, libc::SCHED_FIFO);
                 set_normal().unwrap();
                 assert_eq!(current_policy().unwrap(), libc::SCHED_OTHER);
             }
@@ -578,26 +510,12 @@ mod tests {
 
     #[test]
     fn deadline_validates_and_reverts() {
-        assert_eq!(
-            set_deadline(10, 1_000_000, 0).unwrap_err().refusal,
-            Refusal::Invalid
-        );
-        assert_eq!(
-            set_deadline(2_000_000, 1_000_000, 0).unwrap_err().refusal,
-            Refusal::Invalid
-        );
-        assert_eq!(
-            set_deadline(100_000, 2_000_000, 1_000_000)
-                .unwrap_err()
-                .refusal,
-            Refusal::Invalid
-        );
+        assert_eq!(set_deadline(10, 1_000_000, 0).unwrap_err().refusal, Refusal::Invalid);
+        assert_eq!(set_deadline(2_000_000, 1_000_000, 0).unwrap_err().refusal, Refusal::Invalid);
+        assert_eq!(set_deadline(100_000, 2_000_000, 1_000_000).unwrap_err().refusal, Refusal::Invalid);
         std::thread::spawn(|| match set_deadline(100_000, 10_000_000, 10_000_000) {
             Ok(()) => {
-                assert_eq!(
-                    current_policy().unwrap() & !libc::SCHED_RESET_ON_FORK,
-                    SCHED_DEADLINE as i32
-                );
+                assert_eq!(current_policy().unwrap() & !libc::SCHED_RESET_ON_FORK, SCHED_DEADLINE as i32);
                 set_normal().unwrap();
             }
             // Refusal depends on the machine (privilege, admission control); the message must say why.
@@ -640,30 +558,14 @@ mod tests {
     #[test]
     fn apply_rt_hard_errors_and_warnings() {
         std::thread::spawn(|| {
-            let missing = RtRequest {
-                cpu: Some(cpu::MAX_CPU),
-                ..RtRequest::default()
-            };
-            assert!(matches!(
-                apply_rt(&missing),
-                Err(HostError::NoSuchCpu { .. })
-            ));
-            let bad_prio = RtRequest {
-                fifo_priority: Some(0),
-                ..RtRequest::default()
-            };
-            assert!(matches!(
-                apply_rt(&bad_prio),
-                Err(HostError::InvalidPriority { .. })
-            ));
+            let missing = RtRequest { cpu: Some(cpu::MAX_CPU), ..RtRequest::default() };
+            assert!(matches!(apply_rt(&missing), Err(HostError::NoSuchCpu { .. })));
+            let bad_prio = RtRequest { fifo_priority: Some(0), ..RtRequest::default() };
+            assert!(matches!(apply_rt(&bad_prio), Err(HostError::InvalidPriority { .. })));
 
             let online = cpu::online_cpus().unwrap();
             let last = *online.last().unwrap();
-            let req = RtRequest {
-                cpu: Some(last),
-                fifo_priority: Some(5),
-                lock_memory: false,
-            };
+            let req = RtRequest { cpu: Some(last), fifo_priority: Some(5), lock_memory: false };
             let warnings = apply_rt(&req).unwrap();
             assert_eq!(cpu::current_cpu(), Some(last));
             // Whether SCHED_FIFO is granted depends on the machine; a refusal must be explained.

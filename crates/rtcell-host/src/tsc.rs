@@ -52,10 +52,7 @@ pub fn rdtsc_ordered() -> u64 {
 const FALLBACK_KHZ: u64 = 1_000_000;
 
 fn clock_ns(clock: libc::clockid_t) -> io::Result<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec that the call fills in.
     let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     if rc != 0 {
@@ -104,23 +101,12 @@ pub enum TscError {
          {a_khz:.0} and {b_khz:.0} kHz ({ppm:.0} ppm apart, limit {AGREEMENT_PPM} ppm); the machine \
          is too busy or its (virtual) CPU keeps being preempted"
     )]
-    Unsettled {
-        attempts: u32,
-        window_ms: u128,
-        a_khz: f64,
-        b_khz: f64,
-        ppm: f64,
-    },
+    Unsettled { attempts: u32, window_ms: u128, a_khz: f64, b_khz: f64, ppm: f64 },
     #[error(
         "calibrated TSC frequency {measured_khz} kHz disagrees with the {source_name} value \
          {reference_khz} kHz by {ppm:.0} ppm (limit {REFERENCE_TOLERANCE_PPM} ppm)"
     )]
-    ReferenceMismatch {
-        measured_khz: u64,
-        reference_khz: u64,
-        source_name: &'static str,
-        ppm: f64,
-    },
+    ReferenceMismatch { measured_khz: u64, reference_khz: u64, source_name: &'static str, ppm: f64 },
     #[error("clock_gettime failed during TSC calibration: {0}")]
     Clock(#[source] io::Error),
     #[error("TSC frequency must be positive, got {0} kHz")]
@@ -152,12 +138,7 @@ impl TscClock {
         if khz == 0 {
             return Err(TscError::InvalidKhz(khz));
         }
-        Ok(TscClock {
-            khz,
-            ns_per_tick: 1e6 / khz as f64,
-            spread_ppm: None,
-            reference: None,
-        })
+        Ok(TscClock { khz, ns_per_tick: 1e6 / khz as f64, spread_ppm: None, reference: None })
     }
 
     /// Checks that the TSC is a stable clock and measures its rate on the live system.
@@ -245,15 +226,9 @@ pub fn check_tsc_flags(cpuinfo: &str) -> Result<(), TscError> {
         })
         .map(|v| v.split_whitespace().collect())
         .unwrap_or_default();
-    let missing: Vec<&'static str> = ["constant_tsc", "nonstop_tsc"]
-        .into_iter()
-        .filter(|f| !flags.contains(f))
-        .collect();
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(TscError::Unstable { missing })
-    }
+    let missing: Vec<&'static str> =
+        ["constant_tsc", "nonstop_tsc"].into_iter().filter(|f| !flags.contains(f)).collect();
+    if missing.is_empty() { Ok(()) } else { Err(TscError::Unstable { missing }) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -301,10 +276,7 @@ fn window_khz(window: Duration) -> Result<Option<f64>, TscError> {
 fn measure_khz() -> Result<(u64, f64), TscError> {
     let mut last = (0.0, 0.0, f64::INFINITY);
     for _ in 0..CALIBRATION_ATTEMPTS {
-        let (Some(a), Some(b)) = (
-            window_khz(CALIBRATION_WINDOW)?,
-            window_khz(CALIBRATION_WINDOW)?,
-        ) else {
+        let (Some(a), Some(b)) = (window_khz(CALIBRATION_WINDOW)?, window_khz(CALIBRATION_WINDOW)?) else {
             continue;
         };
         let ppm = ppm_apart(a, b);
@@ -335,18 +307,11 @@ pub fn tsc_reference(root: &HostRoot) -> Option<TscReference> {
     if let Ok(Some(text)) = root.read_optional("/sys/devices/system/cpu/cpu0/tsc_freq_khz") {
         if let Ok(khz) = text.trim().parse::<u64>() {
             if khz > 0 {
-                return Some(TscReference {
-                    khz,
-                    source: "sysfs tsc_freq_khz",
-                });
+                return Some(TscReference { khz, source: "sysfs tsc_freq_khz" });
             }
         }
     }
-    if root.is_system() {
-        cpuid_tsc_khz()
-    } else {
-        None
-    }
+    if root.is_system() { cpuid_tsc_khz() } else { None }
 }
 
 /// Finds the kernel's TSC frequency in kernel log messages; the refined calibration wins.
@@ -356,18 +321,12 @@ pub fn tsc_reference_from_log<S: AsRef<str>>(messages: &[S]) -> Option<TscRefere
         let m = m.as_ref();
         if let Some(rest) = m.strip_prefix("tsc: Refined TSC clocksource calibration: ") {
             if let Some(khz) = parse_mhz_as_khz(rest) {
-                return Some(TscReference {
-                    khz,
-                    source: "kernel log (tsc: Refined TSC clocksource calibration)",
-                });
+                return Some(TscReference { khz, source: "kernel log (tsc: Refined TSC clocksource calibration)" });
             }
         }
         if let Some(rest) = m.strip_prefix("tsc: Detected ") {
             if let Some(khz) = parse_mhz_as_khz(rest) {
-                detected = Some(TscReference {
-                    khz,
-                    source: "kernel log (tsc: Detected)",
-                });
+                detected = Some(TscReference { khz, source: "kernel log (tsc: Detected)" });
             }
         }
     }
@@ -411,10 +370,7 @@ fn cpuid_tsc_khz() -> Option<TscReference> {
     if (0x4000_0010..0x4000_0100).contains(&hv_max) {
         let khz = cpuid(0x4000_0010).eax as u64;
         if khz > 0 {
-            return Some(TscReference {
-                khz,
-                source: "hypervisor CPUID leaf 0x40000010",
-            });
+            return Some(TscReference { khz, source: "hypervisor CPUID leaf 0x40000010" });
         }
     }
     if cpuid(0).eax >= 0x15 {
@@ -422,10 +378,7 @@ fn cpuid_tsc_khz() -> Option<TscReference> {
         if l.eax != 0 && l.ebx != 0 && l.ecx != 0 {
             let hz = l.ecx as u64 * l.ebx as u64 / l.eax as u64;
             if hz >= 1000 {
-                return Some(TscReference {
-                    khz: hz / 1000,
-                    source: "CPUID leaf 0x15",
-                });
+                return Some(TscReference { khz: hz / 1000, source: "CPUID leaf 0x15" });
             }
         }
     }
@@ -447,10 +400,7 @@ mod tests {
         assert!(check_tsc_flags(good).is_ok());
         let e = check_tsc_flags("flags\t\t: fpu tsc constant_tsc\n").unwrap_err();
         let msg = e.to_string();
-        assert!(
-            msg.contains("nonstop_tsc") && msg.contains("wrong"),
-            "{msg}"
-        );
+        assert!(msg.contains("nonstop_tsc") && msg.contains("wrong"), "{msg}");
         assert!(!msg.contains("constant_tsc"), "{msg}");
         match check_tsc_flags("model name : x\n").unwrap_err() {
             TscError::Unstable { missing } => {
@@ -487,23 +437,12 @@ mod tests {
         std::fs::write(b.join("proc/cpuinfo"), "flags\t\t: fpu tsc nonstop_tsc\n").unwrap();
         let root = HostRoot::at(b);
         let e = TscClock::calibrate_in(&root).unwrap_err();
-        assert!(
-            matches!(&e, TscError::Unstable { missing } if missing == &vec!["constant_tsc"]),
-            "{e}"
-        );
+        assert!(matches!(&e, TscError::Unstable { missing } if missing == &vec!["constant_tsc"]), "{e}");
 
         if cfg!(target_arch = "x86_64") {
-            std::fs::write(
-                b.join("proc/cpuinfo"),
-                "flags\t\t: fpu tsc constant_tsc nonstop_tsc\n",
-            )
-            .unwrap();
+            std::fs::write(b.join("proc/cpuinfo"), "flags\t\t: fpu tsc constant_tsc nonstop_tsc\n").unwrap();
             // A kernel figure far from any real TSC rate: the measurement must be refused.
-            std::fs::write(
-                b.join("dev/kmsg"),
-                "6,1,0,-;tsc: Detected 1.000 MHz processor\n",
-            )
-            .unwrap();
+            std::fs::write(b.join("dev/kmsg"), "6,1,0,-;tsc: Detected 1.000 MHz processor\n").unwrap();
             match TscClock::calibrate_in(&root) {
                 Err(TscError::ReferenceMismatch { reference_khz, .. }) => {
                     assert_eq!(reference_khz, 1000)
@@ -523,10 +462,7 @@ mod tests {
         assert_eq!(c.ns_to_ticks(1_000.0), 2_500);
         assert_eq!(c.ns_to_ticks(-5.0), 0);
         assert!((c.elapsed_ns(u64::MAX - 1_249, 1_250) - 1_000.0).abs() < 1e-9);
-        assert!(matches!(
-            TscClock::from_khz(0),
-            Err(TscError::InvalidKhz(0))
-        ));
+        assert!(matches!(TscClock::from_khz(0), Err(TscError::InvalidKhz(0))));
     }
 
     #[test]
@@ -559,9 +495,6 @@ mod tests {
         let tsc_ns = clock.elapsed_ns(t0, t1);
         let mono_ns = (m1 - m0) as f64;
         let ratio = tsc_ns / mono_ns;
-        assert!(
-            (0.95..=1.05).contains(&ratio),
-            "tsc {tsc_ns} ns vs monotonic {mono_ns} ns"
-        );
+        assert!((0.95..=1.05).contains(&ratio), "tsc {tsc_ns} ns vs monotonic {mono_ns} ns");
     }
 }

@@ -91,7 +91,9 @@ pub fn parse(data: &[u8], ram_size: u64) -> Result<Image, ElfError> {
         }
         let end = vaddr.checked_add(memsz).ok_or_else(|| bad("address range overflows".into()))?;
         if vaddr < MONITOR_END {
-            return Err(bad(format!("overlaps the monitor's pages (below {MONITOR_END:#x}): link payloads at {MONITOR_END:#x} or above")));
+            return Err(bad(format!(
+                "overlaps the monitor's pages (below {MONITOR_END:#x}): link payloads at {MONITOR_END:#x} or above"
+            )));
         }
         if end > limit {
             return Err(bad(format!(
@@ -185,7 +187,10 @@ mod tests {
     fn malformed_truncated_oversized_and_overlapping_files_are_refused() {
         let good = tiny_elf(0x10_0000, &[0x90; 16]);
         assert!(matches!(parse(&good[..40], RAM), Err(ElfError::NotElf(_))));
-        assert!(matches!(parse(b"MZ not an elf at all, just some bytes here........................", RAM), Err(ElfError::NotElf(_))));
+        assert!(matches!(
+            parse(b"MZ not an elf at all, just some bytes here........................", RAM),
+            Err(ElfError::NotElf(_))
+        ));
         assert_eq!(parse(&vec![0u8; MAX_ELF_BYTES + 1], RAM), Err(ElfError::TooLarge(MAX_ELF_BYTES + 1)));
         // Truncated: the segment's file range runs past the end.
         let cut = &good[..good.len() - 4];

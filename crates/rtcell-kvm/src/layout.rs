@@ -2,7 +2,7 @@
 //! Everything the vCPU needs to start in 64-bit ring 3 without running a line of boot code.
 
 use rtcell_guest::abi::{
-    ARGS_SIZE, BOOT_INFO_GPA, BOOT_MAGIC, BOOT_VERSION, BootInfo, MSG_GPA, MSG_SIZE, PORT_FAULT, REGION_GPA,
+    ARGS_SIZE, BOOT_INFO_GPA, BOOT_MAGIC, BOOT_VERSION, BootInfo, HC_FAULT, MSG_GPA, MSG_SIZE, REGION_GPA,
     hypercall_gpa,
 };
 
@@ -43,13 +43,7 @@ fn put_u64(ram: &mut [u8], gpa: u64, v: u64) {
 /// `ram.len()` is the guest RAM size (a multiple of 2 MiB, at least 2 MiB).
 pub fn build(ram: &mut [u8], region_size: u64, handlers: bool) {
     // GDT: null, kernel code, kernel data, user data, user code, 64-bit TSS (two slots).
-    let gdt = [
-        0u64,
-        0x00AF_9A00_0000_FFFF,
-        0x00CF_9200_0000_FFFF,
-        0x00CF_F200_0000_FFFF,
-        0x00AF_FA00_0000_FFFF,
-    ];
+    let gdt = [0u64, 0x00AF_9A00_0000_FFFF, 0x00CF_9200_0000_FFFF, 0x00CF_F200_0000_FFFF, 0x00AF_FA00_0000_FFFF];
     for (i, d) in gdt.iter().enumerate() {
         put_u64(ram, GDT_GPA + 8 * i as u64, *d);
     }
@@ -80,12 +74,12 @@ pub fn build(ram: &mut [u8], region_size: u64, handlers: bool) {
     for page in 0..512u64 {
         let gpa = page * 4096;
         let flags = match gpa {
-            0 => 0,                                   // null page: not present
-            BOOT_INFO_GPA => PTE_P | PTE_U,           // read-only to the payload
-            MSG_GPA => PTE_P | PTE_W | PTE_U,         // message buffer
-            g if g < 0x10000 => PTE_P | PTE_W,        // monitor pages: supervisor only
-            g if g < 0x10_0000 => 0,                  // unused
-            _ => PTE_P | PTE_W | PTE_U,               // payload and stack
+            0 => 0,                            // null page: not present
+            BOOT_INFO_GPA => PTE_P | PTE_U,    // read-only to the payload
+            MSG_GPA => PTE_P | PTE_W | PTE_U,  // message buffer
+            g if g < 0x10000 => PTE_P | PTE_W, // monitor pages: supervisor only
+            g if g < 0x10_0000 => 0,           // unused
+            _ => PTE_P | PTE_W | PTE_U,        // payload and stack
         };
         put_u64(ram, PT0_GPA + 8 * page, if flags == 0 { 0 } else { gpa | flags });
     }
@@ -101,7 +95,7 @@ pub fn build(ram: &mut [u8], region_size: u64, handlers: bool) {
 }
 
 /// IDT entries pointing at one 16-byte stub per vector 0..32, and the common handler that reports the
-/// exception through `PORT_FAULT` with a [`rtcell_guest::abi::FaultInfo`] in the message buffer.
+/// exception through `HC_FAULT` with a [`rtcell_guest::abi::FaultInfo`] in the message buffer.
 fn write_idt_and_stubs(ram: &mut [u8]) {
     let common = STUBS_GPA + 32 * 16;
     for v in 0..32u64 {
@@ -139,7 +133,7 @@ fn write_idt_and_stubs(ram: &mut [u8]) {
     store(&mut c, 32);
     c.extend_from_slice(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp]      vector -> eax
     c.push(0xA3); // mov [moffs64], eax: the fault hypercall
-    c.extend_from_slice(&hypercall_gpa(PORT_FAULT).to_le_bytes());
+    c.extend_from_slice(&hypercall_gpa(HC_FAULT).to_le_bytes());
     c.extend_from_slice(&[0xEB, 0xFE]); // jmp $
     let a = common as usize;
     ram[a..a + c.len()].copy_from_slice(&c);

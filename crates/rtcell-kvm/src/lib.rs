@@ -4,6 +4,7 @@
 
 pub mod elf;
 pub mod layout;
+pub mod payloads;
 pub mod stats;
 pub mod vm;
 

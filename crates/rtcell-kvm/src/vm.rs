@@ -14,13 +14,12 @@ use std::time::{Duration, Instant};
 use kvm_bindings::{KVM_MAX_CPUID_ENTRIES, kvm_fpu, kvm_regs, kvm_segment, kvm_userspace_memory_region};
 use kvm_ioctls::{Cap, Kvm, VcpuExit, VcpuFd, VmFd};
 use rtcell_guest::abi::{
-    FaultInfo, HYPERCALL_GPA, MSG_GPA, MSG_SIZE, PORT_DONE, PORT_FAULT, PORT_LOG, PORT_PANIC, REGION_GPA,
-    vector_name,
+    FaultInfo, HC_DONE, HC_FAULT, HC_LOG, HC_PANIC, HYPERCALL_GPA, MSG_GPA, MSG_SIZE, REGION_GPA, vector_name,
 };
 use rtcell_host::sched::{RtRequest, apply_rt};
+use rtcell_shm::RegionView;
 use rtcell_shm::control::{CellState, ControlBlock};
 use rtcell_shm::mapping::SharedMemory;
-use rtcell_shm::RegionView;
 
 use crate::elf::{self, ElfError};
 use crate::layout;
@@ -38,10 +37,20 @@ const MAX_LOG_LINES: usize = 1000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KvmStatus {
     /// Usable; `nested` when this machine is itself a VM.
-    Usable { nested: bool },
-    Absent { path: String },
-    Denied { path: String, reason: String },
-    Broken { path: String, reason: String },
+    Usable {
+        nested: bool,
+    },
+    Absent {
+        path: String,
+    },
+    Denied {
+        path: String,
+        reason: String,
+    },
+    Broken {
+        path: String,
+        reason: String,
+    },
 }
 
 impl KvmStatus {
@@ -90,9 +99,8 @@ fn open_kvm() -> Result<Kvm, KvmStatus> {
 }
 
 fn running_nested() -> bool {
-    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
-        c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"))
-    })
+    std::fs::read_to_string("/proc/cpuinfo")
+        .is_ok_and(|c| c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor")))
 }
 
 /// Probes KVM: opens the device and creates (and drops) a VM.
@@ -140,6 +148,16 @@ pub enum VmEnd {
     Stopped,
     /// The watchdog saw no heartbeat for longer than the budget.
     Watchdog(Duration),
+}
+
+impl VmEnd {
+    /// Why a VM that did not end cleanly ended, without a status prefix (for "faulted: ..." reports).
+    pub fn reason(&self) -> String {
+        match self {
+            VmEnd::Fault(m) => m.clone(),
+            other => other.to_string(),
+        }
+    }
 }
 
 impl std::fmt::Display for VmEnd {
@@ -347,7 +365,11 @@ impl KvmCell {
         if cfg.lock_memory {
             // SAFETY: locking our own mapping.
             if unsafe { libc::mlock(ram.ptr as *const libc::c_void, ram.len) } != 0 {
-                warnings.push(format!("cell {:?}: guest RAM not locked ({})", cfg.name, std::io::Error::last_os_error()));
+                warnings.push(format!(
+                    "cell {:?}: guest RAM not locked ({})",
+                    cfg.name,
+                    std::io::Error::last_os_error()
+                ));
             }
         }
         {
@@ -371,7 +393,10 @@ impl KvmCell {
         let runs = match region_runs(&cfg.region, &cfg.guest_writable) {
             Some(r) if readonly_ok => r,
             Some(_) => {
-                warnings.push(format!("cell {:?}: KVM lacks read-only memory; the whole region is writable by the guest", cfg.name));
+                warnings.push(format!(
+                    "cell {:?}: KVM lacks read-only memory; the whole region is writable by the guest",
+                    cfg.name
+                ));
                 vec![(0, cfg.region.len() as u64, false)]
             }
             None => {
@@ -441,8 +466,10 @@ impl KvmCell {
             .map_err(|source| KvmError::Setup { what: "vCPU thread", source })?;
 
         let watchdog = match cfg.watchdog {
-            Some(budget) => Some(spawn_watchdog(Arc::clone(&shared), Arc::clone(&cfg.region), cfg.name.clone(), budget)
-                .map_err(|source| KvmError::Setup { what: "watchdog thread", source })?),
+            Some(budget) => Some(
+                spawn_watchdog(Arc::clone(&shared), Arc::clone(&cfg.region), cfg.name.clone(), budget)
+                    .map_err(|source| KvmError::Setup { what: "watchdog thread", source })?,
+            ),
             None => None,
         };
         Ok(KvmCell { name: cfg.name, shared, vcpu: Some(vcpu_thread), watchdog, stats, warnings })
@@ -636,7 +663,7 @@ fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
             Ok(VcpuExit::MmioWrite(addr, data)) if (HYPERCALL_GPA..HYPERCALL_GPA + 4096).contains(&addr) => {
                 let v = io_value(data);
                 match ((addr - HYPERCALL_GPA) / 8) as u16 {
-                    PORT_LOG => {
+                    HC_LOG => {
                         let line = message(&m.ram, v);
                         if let Ok(mut l) = shared.logs.lock() {
                             if l.len() < MAX_LOG_LINES {
@@ -644,9 +671,9 @@ fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
                             }
                         }
                     }
-                    PORT_DONE => return VmEnd::Done(v as u32 as i32),
-                    PORT_PANIC => return VmEnd::Panic(message(&m.ram, v)),
-                    PORT_FAULT => return VmEnd::Fault(fault_report(&m.ram, v)),
+                    HC_DONE => return VmEnd::Done(v as u32 as i32),
+                    HC_PANIC => return VmEnd::Panic(message(&m.ram, v)),
+                    HC_FAULT => return VmEnd::Fault(fault_report(&m.ram, v)),
                     other => return VmEnd::Fault(format!("unknown hypercall {other}")),
                 }
             }
@@ -656,7 +683,8 @@ fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
             Ok(VcpuExit::MmioRead(addr, _)) => return VmEnd::Fault(describe_access(m, addr, "read")),
             Ok(VcpuExit::Shutdown) => {
                 return VmEnd::Fault(
-                    "triple fault (KVM_EXIT_SHUTDOWN): the payload crashed and no exception handler could report it".into(),
+                    "triple fault (KVM_EXIT_SHUTDOWN): the payload crashed and no exception handler could report it"
+                        .into(),
                 );
             }
             Ok(VcpuExit::Hlt) => return VmEnd::Fault("the payload halted (HLT)".into()),
@@ -681,10 +709,15 @@ fn describe_access(m: &Machine, addr: u64, what: &str) -> String {
     if let Some(&(a, b)) = m.readonly.iter().find(|&&(a, b)| addr >= a && addr < b) {
         let off = addr - REGION_GPA;
         let chan = RegionView::attach(m.region.words()).ok().and_then(|v| {
-            (0..v.len()).filter_map(|i| v.entry(i).ok()).find(|e| (e.offset as u64..(e.offset + e.size) as u64).contains(&off)).map(|e| e.name().to_string())
+            (0..v.len())
+                .filter_map(|i| v.entry(i).ok())
+                .find(|e| (e.offset as u64..(e.offset + e.size) as u64).contains(&off))
+                .map(|e| e.name().to_string())
         });
         return match chan {
-            Some(c) => format!("{what} to read-only channel {c:?} at guest address {addr:#x} (the guest may only read it)"),
+            Some(c) => {
+                format!("{what} to read-only channel {c:?} at guest address {addr:#x} (the guest may only read it)")
+            }
             None => format!("{what} to the read-only region header at guest address {addr:#x} (pages {a:#x}..{b:#x})"),
         };
     }
@@ -707,7 +740,7 @@ fn record_end(m: &Machine, shared: &Shared, name: &str, end: VmEnd) {
                         ctl.finish(CellState::Stopped, 0, "");
                     }
                 }
-                other => ctl.finish(CellState::Faulted, 1, &other.to_string()),
+                other => ctl.finish(CellState::Faulted, 1, &other.reason()),
             }
         }
     }
@@ -716,7 +749,12 @@ fn record_end(m: &Machine, shared: &Shared, name: &str, end: VmEnd) {
     }
 }
 
-fn spawn_watchdog(shared: Arc<Shared>, region: Arc<SharedMemory>, name: String, budget: Duration) -> std::io::Result<JoinHandle<()>> {
+fn spawn_watchdog(
+    shared: Arc<Shared>,
+    region: Arc<SharedMemory>,
+    name: String,
+    budget: Duration,
+) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name(format!("watchdog-{name}")).spawn(move || {
         let poll = (budget / 4).max(Duration::from_millis(1));
         let mut last = (u64::MAX, Instant::now());

@@ -69,9 +69,9 @@ fn boot(code: &[u8], handlers: bool) -> VmEnd {
 
 #[test]
 fn done_hypercall_returns_the_exit_code() {
-    // mov eax, 42; mov [hypercall_gpa(PORT_DONE)], eax; jmp $
+    // mov eax, 42; mov [hypercall_gpa(HC_DONE)], eax; jmp $
     let mut code = vec![0xB8, 42, 0, 0, 0, 0xA3];
-    code.extend_from_slice(&rtcell_guest::abi::hypercall_gpa(rtcell_guest::abi::PORT_DONE).to_le_bytes());
+    code.extend_from_slice(&rtcell_guest::abi::hypercall_gpa(rtcell_guest::abi::HC_DONE).to_le_bytes());
     code.extend_from_slice(&[0xEB, 0xFE]);
     assert_eq!(boot(&code, true), VmEnd::Done(42));
 }

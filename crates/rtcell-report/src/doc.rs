@@ -182,18 +182,10 @@ pub struct Histogram {
 
 impl Results {
     /// Starts a document for a run beginning now.
-    pub fn new(
-        version: impl Into<String>,
-        git: Option<String>,
-        command: Option<String>,
-        host: HostFacts,
-    ) -> Results {
+    pub fn new(version: impl Into<String>, git: Option<String>, command: Option<String>, host: HostFacts) -> Results {
         Results {
             schema: SCHEMA_ID.to_owned(),
-            rtcell: ToolInfo {
-                version: version.into(),
-                git,
-            },
+            rtcell: ToolInfo { version: version.into(), git },
             started_at: rfc3339_utc(SystemTime::now()),
             duration_s: None,
             command,
@@ -215,10 +207,7 @@ impl Results {
     pub fn validate(&self) -> Result<(), ReportError> {
         let invalid = |what: String| Err(ReportError::Invalid { what });
         if self.schema != SCHEMA_ID {
-            return invalid(format!(
-                "schema is {:?}, expected {SCHEMA_ID:?}",
-                self.schema
-            ));
+            return invalid(format!("schema is {:?}, expected {SCHEMA_ID:?}", self.schema));
         }
         if let Some(d) = self.duration_s
             && !d.is_finite()
@@ -226,16 +215,10 @@ impl Results {
             return invalid(format!("duration_s is {d}"));
         }
         if !PREEMPT_MODELS.contains(&self.host.preempt.as_str()) {
-            return invalid(format!(
-                "host.preempt is {:?}, expected one of {PREEMPT_MODELS:?}",
-                self.host.preempt
-            ));
+            return invalid(format!("host.preempt is {:?}, expected one of {PREEMPT_MODELS:?}", self.host.preempt));
         }
         if !KVM_KINDS.contains(&self.host.kvm.as_str()) {
-            return invalid(format!(
-                "host.kvm is {:?}, expected one of {KVM_KINDS:?}",
-                self.host.kvm
-            ));
+            return invalid(format!("host.kvm is {:?}, expected one of {KVM_KINDS:?}", self.host.kvm));
         }
         if let Some(s) = self.host.steal_pct
             && !s.is_finite()
@@ -269,11 +252,7 @@ impl Results {
                 if let Some(h) = &series.histogram
                     && !(h.bucket_width.is_finite() && h.bucket_width > 0.0)
                 {
-                    return invalid(format!(
-                        "{}: histogram bucket_width is {}",
-                        where_(),
-                        h.bucket_width
-                    ));
+                    return invalid(format!("{}: histogram bucket_width is {}", where_(), h.bucket_width));
                 }
             }
         }
@@ -307,11 +286,7 @@ impl Results {
         }
         if let Err(source) = fs::rename(&temp, &target) {
             let _ = fs::remove_file(&temp);
-            return Err(ReportError::Io {
-                action: "rename the temporary results file onto",
-                path: target,
-                source,
-            });
+            return Err(ReportError::Io { action: "rename the temporary results file onto", path: target, source });
         }
         // Make the rename itself durable. Some file systems refuse fsync on a directory; the data is
         // already synced and the rename is atomic either way, so that refusal is not worth failing a run.
@@ -334,10 +309,7 @@ impl Results {
             source,
         })?;
         let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|source| ReportError::NotJson {
-                path: path.to_owned(),
-                source,
-            })?;
+            serde_json::from_str(&text).map_err(|source| ReportError::NotJson { path: path.to_owned(), source })?;
         match value.get("schema") {
             Some(serde_json::Value::String(s)) if s == SCHEMA_ID => {}
             found => {
@@ -348,10 +320,7 @@ impl Results {
             }
         }
         let results: Results =
-            serde_json::from_value(value).map_err(|source| ReportError::Malformed {
-                path: path.to_owned(),
-                source,
-            })?;
+            serde_json::from_value(value).map_err(|source| ReportError::Malformed { path: path.to_owned(), source })?;
         Ok(results)
     }
 }
@@ -359,40 +328,22 @@ impl Results {
 impl Suite {
     /// A suite with no series yet. `config` should be a JSON object (checked when writing).
     pub fn new(suite: impl Into<String>, config: serde_json::Value) -> Suite {
-        Suite {
-            suite: suite.into(),
-            config,
-            series: Vec::new(),
-        }
+        Suite { suite: suite.into(), config, series: Vec::new() }
     }
 }
 
 /// A temporary file name unique to this process and moment, hidden so `ls` does not show leftovers.
 fn temp_name() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     format!(".{RESULTS_FILE}.{}.{nanos}.tmp", std::process::id())
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    let io = |action: &'static str| {
-        move |source| ReportError::Io {
-            action,
-            path: path.to_owned(),
-            source,
-        }
-    };
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(io("create the temporary results file"))?;
-    file.write_all(bytes)
-        .map_err(io("write the temporary results file"))?;
-    file.sync_all()
-        .map_err(io("sync the temporary results file"))?;
+    let io = |action: &'static str| move |source| ReportError::Io { action, path: path.to_owned(), source };
+    let mut file =
+        OpenOptions::new().write(true).create_new(true).open(path).map_err(io("create the temporary results file"))?;
+    file.write_all(bytes).map_err(io("write the temporary results file"))?;
+    file.sync_all().map_err(io("sync the temporary results file"))?;
     Ok(())
 }
 
@@ -407,12 +358,7 @@ pub fn rfc3339_utc(t: SystemTime) -> String {
     let days = secs / 86_400;
     let rem = secs % 86_400;
     let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
@@ -450,32 +396,13 @@ mod tests {
 
     #[test]
     fn units_and_kinds_serialise_as_schema_names() {
-        for u in [
-            Unit::Ns,
-            Unit::Us,
-            Unit::Cycles,
-            Unit::BytesPerS,
-            Unit::Count,
-            Unit::Ratio,
-        ] {
-            assert_eq!(
-                serde_json::to_value(u).unwrap(),
-                serde_json::json!(u.as_str())
-            );
+        for u in [Unit::Ns, Unit::Us, Unit::Cycles, Unit::BytesPerS, Unit::Count, Unit::Ratio] {
+            assert_eq!(serde_json::to_value(u).unwrap(), serde_json::json!(u.as_str()));
         }
-        for k in [
-            Kind::RoundTrip,
-            Kind::OneWay,
-            Kind::Latency,
-            Kind::ExecTime,
-            Kind::Period,
-            Kind::Throughput,
-            Kind::Count,
-        ] {
-            assert_eq!(
-                serde_json::to_value(k).unwrap(),
-                serde_json::json!(k.as_str())
-            );
+        for k in
+            [Kind::RoundTrip, Kind::OneWay, Kind::Latency, Kind::ExecTime, Kind::Period, Kind::Throughput, Kind::Count]
+        {
+            assert_eq!(serde_json::to_value(k).unwrap(), serde_json::json!(k.as_str()));
         }
     }
 }

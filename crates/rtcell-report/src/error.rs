@@ -52,9 +52,7 @@ pub enum ReportError {
 
     /// A document built in memory breaks a rule of the schema (e.g. a NaN statistic, which JSON cannot
     /// hold). This is a bug in the code that built it, so it is refused rather than written.
-    #[error(
-        "refusing to write an invalid results document: {what}; this is a bug in the suite that built it"
-    )]
+    #[error("refusing to write an invalid results document: {what}; this is a bug in the suite that built it")]
     Invalid { what: String },
 
     /// Serialising the document failed (only possible with a broken `Serialize` impl).
@@ -62,9 +60,7 @@ pub enum ReportError {
     Serialize(#[source] serde_json::Error),
 
     /// The embedded table of published figures does not parse (a bug caught by this crate's tests).
-    #[error(
-        "the embedded reference/published.csv does not parse: {0}; fix the file and run the rtcell-report tests"
-    )]
+    #[error("the embedded reference/published.csv does not parse: {0}; fix the file and run the rtcell-report tests")]
     Published(String),
 }
 
@@ -89,12 +85,8 @@ fn io_hint(e: &std::io::Error) -> &'static str {
         std::io::ErrorKind::PermissionDenied => {
             " (this user may not access it: choose another directory or fix its permissions)"
         }
-        std::io::ErrorKind::StorageFull => {
-            " (the disk is full: free space or choose another directory)"
-        }
-        std::io::ErrorKind::ReadOnlyFilesystem => {
-            " (the file system is read-only: choose another directory)"
-        }
+        std::io::ErrorKind::StorageFull => " (the disk is full: free space or choose another directory)",
+        std::io::ErrorKind::ReadOnlyFilesystem => " (the file system is read-only: choose another directory)",
         _ => "",
     }
 }

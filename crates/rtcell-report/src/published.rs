@@ -75,10 +75,7 @@ mod tests {
         let rows = try_rows().unwrap_or_else(|e| panic!("{e}"));
         assert!(rows.len() >= 40, "{} rows", rows.len());
         assert_eq!(rows.len(), PUBLISHED_CSV.lines().count() - 1);
-        assert!(
-            rows.iter()
-                .all(|r| !r.metric.is_empty() && !r.unit.is_empty())
-        );
+        assert!(rows.iter().all(|r| !r.metric.is_empty() && !r.unit.is_empty()));
     }
 
     #[test]
@@ -94,19 +91,13 @@ mod tests {
             })
             .expect("seed 000 Table I loopback, 0 bytes");
         assert_eq!(zero.mean, Some(1.01));
-        assert_eq!(
-            (zero.min, zero.max, zero.stddev),
-            (Some(0.91), Some(1.07), None)
-        );
+        assert_eq!((zero.min, zero.max, zero.stddev), (Some(0.91), Some(1.07), None));
         assert_eq!(zero.unit, "us");
         assert!(loopback.iter().any(|r| r.payload_bytes == Some(1024)));
         assert!(loopback.iter().all(|r| r.metric == "loopback_rtt"));
         // Empty cells are absent figures, not zeros.
         let c2c = for_metric("c2c_one_way");
-        assert!(
-            c2c.iter()
-                .all(|r| r.min.is_none() && r.mean.is_some() && r.payload_bytes.is_none())
-        );
+        assert!(c2c.iter().all(|r| r.min.is_none() && r.mean.is_some() && r.payload_bytes.is_none()));
         assert!(for_metric("no_such_metric").is_empty());
     }
 

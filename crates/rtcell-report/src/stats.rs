@@ -25,10 +25,7 @@ pub const AUTO_TARGET_BUCKETS: f64 = 1000.0;
 
 /// Builds a series' label map from pairs; see also the [`labels!`](crate::labels!) macro.
 pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
 }
 
 impl Stats {
@@ -130,11 +127,8 @@ impl Histogram {
             let i = (v.max(0.0) / bucket_width).floor() as usize;
             (i < max_buckets).then_some(i)
         };
-        let needed = sorted
-            .iter()
-            .rev()
-            .find(|v| v.is_finite())
-            .map_or(0, |&top| index(top).map_or(max_buckets, |i| i + 1));
+        let needed =
+            sorted.iter().rev().find(|v| v.is_finite()).map_or(0, |&top| index(top).map_or(max_buckets, |i| i + 1));
         let mut counts = vec![0u64; needed];
         let mut overflows = 0u64;
         for &v in sorted {
@@ -143,11 +137,7 @@ impl Histogram {
                 None => overflows += 1,
             }
         }
-        Some(Histogram {
-            bucket_width,
-            counts,
-            overflows,
-        })
+        Some(Histogram { bucket_width, counts, overflows })
     }
 
     /// A histogram whose bucket width, from the 1-2-5 series (…, 0.5, 1, 2, 5, 10, …), is the smallest
@@ -160,11 +150,7 @@ impl Histogram {
             return None;
         }
         let top = percentile_sorted(finite, 9999);
-        let width = if top > 0.0 {
-            width_1_2_5(top / AUTO_TARGET_BUCKETS)
-        } else {
-            1.0
-        };
+        let width = if top > 0.0 { width_1_2_5(top / AUTO_TARGET_BUCKETS) } else { 1.0 };
         Histogram::from_sorted(sorted, width, AUTO_MAX_BUCKETS)
     }
 
@@ -181,11 +167,7 @@ fn width_1_2_5(min_width: f64) -> f64 {
     for e in (k - 1)..=(k + 1) {
         for m in [1.0, 2.0, 5.0] {
             // 10^n is exact in f64 for n ≤ 22, and m / 10^n is then correctly rounded (0.002, not 0.0020000000000000005).
-            let w = if e >= 0 {
-                m * 10f64.powi(e)
-            } else {
-                m / 10f64.powi(-e)
-            };
+            let w = if e >= 0 { m * 10f64.powi(e) } else { m / 10f64.powi(-e) };
             if w >= min_width {
                 return w;
             }
@@ -249,10 +231,7 @@ mod tests {
     fn nearest_rank_on_larger_counts() {
         let mut v: Vec<f64> = (1..=10_000).map(f64::from).collect();
         let s = Stats::from_samples(&mut v).unwrap();
-        assert_eq!(
-            (s.median, s.p90, s.p99, s.p999, s.p9999),
-            (5000.0, 9000.0, 9900.0, 9990.0, 9999.0)
-        );
+        assert_eq!((s.median, s.p90, s.p99, s.p999, s.p9999), (5000.0, 9000.0, 9900.0, 9990.0, 9999.0));
         // ceil(0.5 * 5) = 3rd value.
         let mut odd = [5.0, 1.0, 4.0, 2.0, 3.0];
         assert_eq!(Stats::from_samples(&mut odd).unwrap().median, 3.0);
@@ -267,9 +246,7 @@ mod tests {
     fn single_sample() {
         let s = Stats::from_samples(&mut [7.5]).unwrap();
         assert_eq!(s.count, 1);
-        for v in [
-            s.min, s.mean, s.median, s.p90, s.p99, s.p999, s.p9999, s.max,
-        ] {
+        for v in [s.min, s.mean, s.median, s.p90, s.p99, s.p999, s.p9999, s.max] {
             assert_eq!(v, 7.5);
         }
         assert_eq!(s.stddev, 0.0);
@@ -298,18 +275,10 @@ mod tests {
     fn empty_and_non_finite() {
         assert_eq!(Stats::from_samples(&mut []), None);
         assert_eq!(Stats::from_samples(&mut [f64::NAN, f64::INFINITY]), None);
-        let s =
-            Stats::from_samples(&mut [f64::NAN, 3.0, f64::NEG_INFINITY, 1.0, -f64::NAN]).unwrap();
+        let s = Stats::from_samples(&mut [f64::NAN, 3.0, f64::NEG_INFINITY, 1.0, -f64::NAN]).unwrap();
         assert_eq!((s.count, s.min, s.max, s.mean), (2, 1.0, 3.0, 2.0));
 
-        let series = Series::from_samples(
-            "x",
-            labels(&[]),
-            Unit::Ns,
-            Kind::Latency,
-            vec![1.0, f64::NAN, 2.0],
-            5,
-        );
+        let series = Series::from_samples("x", labels(&[]), Unit::Ns, Kind::Latency, vec![1.0, f64::NAN, 2.0], 5);
         assert_eq!(series.stats.count, 2);
         assert_eq!(series.errors, 6, "the NaN counts as an error");
 

@@ -23,11 +23,7 @@ pub struct Table {
 
 impl Table {
     pub fn new(headers: &[&str]) -> Table {
-        Table {
-            headers: headers.iter().map(|h| (*h).to_owned()).collect(),
-            rows: Vec::new(),
-            forced_right: Vec::new(),
-        }
+        Table { headers: headers.iter().map(|h| (*h).to_owned()).collect(), rows: Vec::new(), forced_right: Vec::new() }
     }
 
     /// Appends a row. Missing cells are left blank; extra cells get a column without a header.
@@ -60,13 +56,7 @@ impl Table {
         for row in &self.rows {
             t.add_row(row.clone());
         }
-        let columns = self
-            .rows
-            .iter()
-            .map(Vec::len)
-            .chain([self.headers.len()])
-            .max()
-            .unwrap_or(0);
+        let columns = self.rows.iter().map(Vec::len).chain([self.headers.len()]).max().unwrap_or(0);
         for col in 0..columns {
             if (self.forced_right.contains(&col) || self.is_numeric_column(col))
                 && let Some(c) = t.column_mut(col)
@@ -102,16 +92,10 @@ impl std::fmt::Display for Table {
 /// "12", "-3.5", "1.2e3", "45%" and "2.5x" count as numbers (a percentage or a ratio is still a number
 /// to line up).
 fn is_number(cell: &str) -> bool {
-    let core = cell
-        .strip_suffix('%')
-        .or_else(|| cell.strip_suffix('x'))
-        .unwrap_or(cell);
+    let core = cell.strip_suffix('%').or_else(|| cell.strip_suffix('x')).unwrap_or(cell);
     !core.is_empty()
         && core.parse::<f64>().is_ok_and(f64::is_finite)
-        && core
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '+' || c == '.')
+        && core.chars().next().is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '+' || c == '.')
 }
 
 /// Nanoseconds shown as microseconds with three decimals: `fmt_us(1234.0) == "1.234"`.
@@ -157,11 +141,7 @@ mod tests {
     fn numeric_columns_are_right_aligned_and_nothing_is_cut() {
         let mut t = Table::new(&["series", "median us", "p99 us"]);
         t.row(vec!["thread rtt".into(), fmt_us(81.0), fmt_us(123.0)]);
-        t.row(vec![
-            "kvm rtt with a rather long name".into(),
-            fmt_us(95_000.0),
-            "-".into(),
-        ]);
+        t.row(vec!["kvm rtt with a rather long name".into(), fmt_us(95_000.0), "-".into()]);
         let long = "x".repeat(300);
         t.row(vec![long.clone(), fmt_us(1.0), fmt_us(1_234_567.0)]);
         let out = t.render();
@@ -169,10 +149,7 @@ mod tests {
         let line = out.lines().find(|l| l.contains("thread rtt")).unwrap();
         // Right alignment: the short number is padded on the left, so it ends where the long one does.
         let other = out.lines().find(|l| l.contains("kvm rtt")).unwrap();
-        assert_eq!(
-            line.find("0.081").unwrap() + 5,
-            other.find("95.000").unwrap() + 6
-        );
+        assert_eq!(line.find("0.081").unwrap() + 5, other.find("95.000").unwrap() + 6);
         // The text column is left-aligned.
         assert!(line.contains("│ thread rtt "), "{out}");
         assert_eq!(t.len(), 3);

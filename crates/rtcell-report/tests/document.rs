@@ -2,9 +2,7 @@
 
 use std::time::Instant;
 
-use rtcell_report::{
-    HostFacts, Kind, ReportError, Results, SCHEMA_ID, Series, Stats, Suite, Unit, labels,
-};
+use rtcell_report::{HostFacts, Kind, ReportError, Results, SCHEMA_ID, Series, Stats, Suite, Unit, labels};
 use serde_json::{Value, json};
 
 /// Embedded so the test works from any checkout, wherever it runs.
@@ -17,10 +15,7 @@ fn validator() -> jsonschema::Validator {
 
 /// Every schema violation in `doc`, as readable lines (empty when valid).
 fn violations(doc: &Value) -> Vec<String> {
-    validator()
-        .iter_errors(doc)
-        .map(|e| format!("{} at {}", e, e.instance_path))
-        .collect()
+    validator().iter_errors(doc).map(|e| format!("{} at {}", e, e.instance_path)).collect()
 }
 
 fn host() -> HostFacts {
@@ -39,9 +34,7 @@ fn host() -> HostFacts {
 }
 
 fn ramp(n: u32, base: f64, spread: u32) -> Vec<f64> {
-    (0..n)
-        .map(|i| base + f64::from((i * 7919) % spread))
-        .collect()
+    (0..n).map(|i| base + f64::from((i * 7919) % spread)).collect()
 }
 
 fn sample_results() -> Results {
@@ -52,8 +45,7 @@ fn sample_results() -> Results {
         Some("rtcell bench loopback --out rtcell-results".into()),
         host(),
     );
-    r.warnings
-        .push("running under a hypervisor (KVM): maxima include outer preemption".into());
+    r.warnings.push("running under a hypervisor (KVM): maxima include outer preemption".into());
 
     let mut loopback = Suite::new(
         "loopback",
@@ -154,10 +146,7 @@ fn schema_check_rejects_invalid_documents() {
     assert!(!violations(&bad).is_empty());
 
     let mut bad = good.clone();
-    bad["suites"][1]["series"][0]
-        .as_object_mut()
-        .unwrap()
-        .remove("stats");
+    bad["suites"][1]["series"][0].as_object_mut().unwrap().remove("stats");
     assert!(!violations(&bad).is_empty());
 
     let mut bad = good;
@@ -204,10 +193,8 @@ fn write_then_load_round_trips() {
     second.incomplete = true;
     second.write_to_dir(&out).unwrap();
     assert_eq!(Results::load(&path).unwrap(), second);
-    let names: Vec<_> = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let names: Vec<_> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert_eq!(names, ["results.json"]);
 }
 
@@ -228,9 +215,7 @@ fn other_schema_versions_are_refused() {
     old["schema"] = json!("rtcell.results/0");
     let (_dir, r) = load_value(&old);
     let e = r.unwrap_err();
-    assert!(
-        matches!(&e, ReportError::UnsupportedSchema { found: Some(f), .. } if f == "\"rtcell.results/0\"")
-    );
+    assert!(matches!(&e, ReportError::UnsupportedSchema { found: Some(f), .. } if f == "\"rtcell.results/0\""));
     let msg = e.to_string();
     assert!(msg.contains("rtcell.results/0"), "{msg}");
     assert!(msg.contains(SCHEMA_ID), "{msg}");
@@ -240,15 +225,9 @@ fn other_schema_versions_are_refused() {
     none.as_object_mut().unwrap().remove("schema");
     let (_dir, r) = load_value(&none);
     let e = r.unwrap_err();
-    assert!(matches!(
-        &e,
-        ReportError::UnsupportedSchema { found: None, .. }
-    ));
+    assert!(matches!(&e, ReportError::UnsupportedSchema { found: None, .. }));
     let msg = e.to_string();
-    assert!(
-        msg.contains("no `schema`") && msg.contains(SCHEMA_ID),
-        "{msg}"
-    );
+    assert!(msg.contains("no `schema`") && msg.contains(SCHEMA_ID), "{msg}");
 
     let mut numeric = good.clone();
     numeric["schema"] = json!(1);
@@ -269,17 +248,10 @@ fn unreadable_files_are_explained() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope/results.json");
     let e = Results::load(&missing).unwrap_err().to_string();
-    assert!(
-        e.contains("read the results file") && e.contains("nope"),
-        "{e}"
-    );
+    assert!(e.contains("read the results file") && e.contains("nope"), "{e}");
 
     let truncated = dir.path().join("results.json");
-    std::fs::write(
-        &truncated,
-        "{\"schema\": \"rtcell.results/1\", \"suites\": [",
-    )
-    .unwrap();
+    std::fs::write(&truncated, "{\"schema\": \"rtcell.results/1\", \"suites\": [").unwrap();
     let e = Results::load(&truncated).unwrap_err();
     assert!(matches!(e, ReportError::NotJson { .. }), "{e}");
     assert!(e.to_string().contains("truncated"), "{e}");

@@ -67,12 +67,8 @@ impl ComError {
 impl From<SignalError> for ComError {
     fn from(e: SignalError) -> Self {
         match e {
-            SignalError::TooLarge { .. } => {
-                ComError::NotOk("value longer than the signal's maximum length")
-            }
-            SignalError::TooSmall { .. } => {
-                ComError::NotOk("buffer shorter than the signal's value")
-            }
+            SignalError::TooLarge { .. } => ComError::NotOk("value longer than the signal's maximum length"),
+            SignalError::TooSmall { .. } => ComError::NotOk("buffer shorter than the signal's value"),
             SignalError::Busy => ComError::Busy,
             SignalError::Corrupt(_) => ComError::ServiceNotAvailable,
         }
@@ -100,18 +96,8 @@ pub struct GroupDef {
 /// Where a signal lives, checked against the channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
-    Standalone {
-        index: usize,
-        slot: usize,
-        max_len: usize,
-        dynamic: bool,
-    },
-    Member {
-        index: usize,
-        group: usize,
-        offset: usize,
-        len: usize,
-    },
+    Standalone { index: usize, slot: usize, max_len: usize, dynamic: bool },
+    Member { index: usize, group: usize, offset: usize, len: usize },
 }
 
 /// A group, checked against the channel.
@@ -133,10 +119,7 @@ pub struct ComView<'a> {
 impl<'a> ComView<'a> {
     /// Checks the counts and every table entry.
     pub fn attach(words: &'a [AtomicU64]) -> Result<Self, AttachError> {
-        let corrupt = |what| AttachError::Corrupt {
-            channel: None,
-            what,
-        };
+        let corrupt = |what| AttachError::Corrupt { channel: None, what };
         if words.len() < TABLE {
             return Err(corrupt("COM channel smaller than its header"));
         }
@@ -148,18 +131,12 @@ impl<'a> ComView<'a> {
         if TABLE + 2 * (nsig + ngroups) > words.len() {
             return Err(corrupt("COM signal table runs past the channel"));
         }
-        let view = ComView {
-            words,
-            nsig,
-            ngroups,
-        };
+        let view = ComView { words, nsig, ngroups };
         for i in 0..nsig {
-            view.place_at(i)
-                .map_err(|_| corrupt("COM signal entry out of bounds"))?;
+            view.place_at(i).map_err(|_| corrupt("COM signal entry out of bounds"))?;
         }
         for g in 0..ngroups {
-            view.group_at(g)
-                .map_err(|_| corrupt("COM group entry out of bounds"))?;
+            view.group_at(g).map_err(|_| corrupt("COM group entry out of bounds"))?;
         }
         Ok(view)
     }
@@ -183,11 +160,7 @@ impl<'a> ComView<'a> {
         if slot < self.table_end() || end > self.words.len() {
             return Err(ComError::ServiceNotAvailable);
         }
-        Ok(GroupPlace {
-            index: g,
-            slot,
-            capacity,
-        })
+        Ok(GroupPlace { index: g, slot, capacity })
     }
 
     fn place_at(&self, i: usize) -> Result<Place, ComError> {
@@ -197,35 +170,20 @@ impl<'a> ComView<'a> {
         let dynamic = (a >> 32) & FLAG_DYNAMIC != 0;
         let (offset, max_len) = ((b & 0xffff_ffff) as usize, (b >> 32) as usize);
         if group == NO_GROUP {
-            if offset < self.table_end()
-                || offset + SignalView::words_needed(max_len) > self.words.len()
-            {
+            if offset < self.table_end() || offset + SignalView::words_needed(max_len) > self.words.len() {
                 return Err(ComError::ServiceNotAvailable);
             }
-            Ok(Place::Standalone {
-                index: i,
-                slot: offset,
-                max_len,
-                dynamic,
-            })
+            Ok(Place::Standalone { index: i, slot: offset, max_len, dynamic })
         } else {
             let g = group as usize;
             if g >= self.ngroups || dynamic {
                 return Err(ComError::ServiceNotAvailable);
             }
             let gp = self.group_at(g)?;
-            if offset
-                .checked_add(max_len)
-                .is_none_or(|end| end > gp.capacity)
-            {
+            if offset.checked_add(max_len).is_none_or(|end| end > gp.capacity) {
                 return Err(ComError::ServiceNotAvailable);
             }
-            Ok(Place::Member {
-                index: i,
-                group: g,
-                offset,
-                len: max_len,
-            })
+            Ok(Place::Member { index: i, group: g, offset, len: max_len })
         }
     }
 
@@ -240,9 +198,7 @@ impl<'a> ComView<'a> {
 
     fn group(&self, id: u16) -> Result<GroupPlace, ComError> {
         for g in 0..self.ngroups {
-            if self.words[TABLE + 2 * self.nsig + 2 * g].load(Ordering::Relaxed) & 0xffff
-                == id as u64
-            {
+            if self.words[TABLE + 2 * self.nsig + 2 * g].load(Ordering::Relaxed) & 0xffff == id as u64 {
                 return self.group_at(g);
             }
         }
@@ -251,19 +207,14 @@ impl<'a> ComView<'a> {
 
     fn slot(&self, slot: usize, capacity: usize) -> Result<SignalView<'a>, ComError> {
         let n = SignalView::words_needed(capacity);
-        let w = self
-            .words
-            .get(slot..slot + n)
-            .ok_or(ComError::ServiceNotAvailable)?;
+        let w = self.words.get(slot..slot + n).ok_or(ComError::ServiceNotAvailable)?;
         SignalView::new(w, capacity).map_err(|_| ComError::ServiceNotAvailable)
     }
 
     /// Maximum length of a signal, and whether it is dynamic.
     pub fn signal_len(&self, id: u16) -> Result<(usize, bool), ComError> {
         Ok(match self.place(id)? {
-            Place::Standalone {
-                max_len, dynamic, ..
-            } => (max_len, dynamic),
+            Place::Standalone { max_len, dynamic, .. } => (max_len, dynamic),
             Place::Member { len, .. } => (len, false),
         })
     }
@@ -277,20 +228,13 @@ impl<'a> ComView<'a> {
     /// `send_signal_group`. Fixed-length signals take exactly their length; dynamic ones up to it.
     pub fn send_signal(&self, id: u16, data: &[u8]) -> Result<(), ComError> {
         match self.place(id)? {
-            Place::Standalone {
-                slot,
-                max_len,
-                dynamic,
-                ..
-            } => {
+            Place::Standalone { slot, max_len, dynamic, .. } => {
                 check_len(data.len(), max_len, dynamic)?;
                 self.slot(slot, max_len)?.write(data)?;
                 self.notify();
                 Ok(())
             }
-            Place::Member {
-                group, offset, len, ..
-            } => {
+            Place::Member { group, offset, len, .. } => {
                 check_len(data.len(), len, false)?;
                 let gp = self.group_at(group)?;
                 let shadow = self.shadow(&gp)?;
@@ -302,57 +246,38 @@ impl<'a> ComView<'a> {
 
     fn shadow(&self, gp: &GroupPlace) -> Result<&'a [AtomicU64], ComError> {
         let start = gp.slot + SignalView::words_needed(gp.capacity);
-        self.words
-            .get(start..start + words_for(gp.capacity))
-            .ok_or(ComError::ServiceNotAvailable)
+        self.words.get(start..start + words_for(gp.capacity)).ok_or(ComError::ServiceNotAvailable)
     }
 
     /// Commits every member of a group written with `send_signal` as one value.
     pub fn send_signal_group(&self, id: u16) -> Result<(), ComError> {
         let gp = self.group(id)?;
         let shadow = self.shadow(&gp)?;
-        self.slot(gp.slot, gp.capacity)?
-            .write_with(gp.capacity, |dst| {
-                for (d, s) in dst.iter().zip(shadow) {
-                    d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
-                }
-            })?;
+        self.slot(gp.slot, gp.capacity)?.write_with(gp.capacity, |dst| {
+            for (d, s) in dst.iter().zip(shadow) {
+                d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+        })?;
         self.notify();
         Ok(())
     }
 
     /// Reads a standalone signal (receiver side). `seen` remembers what this receiver read last.
     /// Group members are read through [`ComReceiver`].
-    pub fn receive_signal(
-        &self,
-        id: u16,
-        out: &mut [u8],
-        seen: &mut u64,
-    ) -> Result<(usize, Freshness), ComError> {
+    pub fn receive_signal(&self, id: u16, out: &mut [u8], seen: &mut u64) -> Result<(usize, Freshness), ComError> {
         match self.place(id)? {
-            Place::Standalone { slot, max_len, .. } => {
-                Ok(self.slot(slot, max_len)?.read(out, seen)?)
-            }
-            Place::Member { .. } => Err(ComError::NotOk(
-                "signal belongs to a group: use receive_signal_group",
-            )),
+            Place::Standalone { slot, max_len, .. } => Ok(self.slot(slot, max_len)?.read(out, seen)?),
+            Place::Member { .. } => Err(ComError::NotOk("signal belongs to a group: use receive_signal_group")),
         }
     }
 
     /// Reads a whole group's value into `out` (at least `group_len` bytes).
-    pub fn receive_signal_group(
-        &self,
-        id: u16,
-        out: &mut [u8],
-        seen: &mut u64,
-    ) -> Result<Freshness, ComError> {
+    pub fn receive_signal_group(&self, id: u16, out: &mut [u8], seen: &mut u64) -> Result<Freshness, ComError> {
         let gp = self.group(id)?;
         if out.len() < gp.capacity {
             return Err(ComError::NotOk("buffer shorter than the signal group"));
         }
-        let (len, fresh) = self
-            .slot(gp.slot, gp.capacity)?
-            .read(&mut out[..gp.capacity], seen)?;
+        let (len, fresh) = self.slot(gp.slot, gp.capacity)?.read(&mut out[..gp.capacity], seen)?;
         if len != gp.capacity && fresh != Freshness::NeverWritten {
             return Err(ComError::ServiceNotAvailable);
         }
@@ -392,11 +317,7 @@ impl<'a> ComView<'a> {
             if res.is_none() {
                 let now = std::time::Instant::now();
                 if now < deadline {
-                    crate::futex::wait(
-                        &self.words[W_EVENT],
-                        ev,
-                        (deadline - now).as_nanos() as u64,
-                    );
+                    crate::futex::wait(&self.words[W_EVENT], ev, (deadline - now).as_nanos() as u64);
                 }
             }
             self.words[W_WAITERS].fetch_sub(1, Ordering::SeqCst);
@@ -412,14 +333,10 @@ impl<'a> ComView<'a> {
 
 fn check_len(len: usize, max: usize, dynamic: bool) -> Result<(), ComError> {
     if len > max {
-        return Err(ComError::NotOk(
-            "value longer than the signal's maximum length",
-        ));
+        return Err(ComError::NotOk("value longer than the signal's maximum length"));
     }
     if !dynamic && len != max {
-        return Err(ComError::NotOk(
-            "fixed-length signal sent with another length",
-        ));
+        return Err(ComError::NotOk("fixed-length signal sent with another length"));
     }
     Ok(())
 }
@@ -432,10 +349,7 @@ fn write_bytes_at(words: &[AtomicU64], offset: usize, data: &[u8]) {
         let Some(w) = words.get(pos / 8) else { return };
         let shift = (pos % 8) * 8;
         let v = w.load(Ordering::Relaxed);
-        w.store(
-            (v & !(0xff << shift)) | (b as u64) << shift,
-            Ordering::Relaxed,
-        );
+        w.store((v & !(0xff << shift)) | (b as u64) << shift, Ordering::Relaxed);
     }
 }
 
@@ -462,23 +376,12 @@ impl<'a, 'b> ComReceiver<'a, 'b> {
         (shadow, view.nsig + view.ngroups)
     }
 
-    pub fn new(
-        view: ComView<'a>,
-        shadow: &'b mut [u8],
-        seen: &'b mut [u64],
-    ) -> Result<Self, ComError> {
+    pub fn new(view: ComView<'a>, shadow: &'b mut [u8], seen: &'b mut [u64]) -> Result<Self, ComError> {
         let (need_shadow, need_seen) = Self::storage_needed(&view);
         if shadow.len() < need_shadow || seen.len() < need_seen {
-            return Err(ComError::NotOk(
-                "receiver storage smaller than storage_needed",
-            ));
+            return Err(ComError::NotOk("receiver storage smaller than storage_needed"));
         }
-        Ok(ComReceiver {
-            view,
-            shadow,
-            seen,
-            shadow_group: None,
-        })
+        Ok(ComReceiver { view, shadow, seen, shadow_group: None })
     }
 
     pub fn view(&self) -> &ComView<'a> {
@@ -487,33 +390,22 @@ impl<'a, 'b> ComReceiver<'a, 'b> {
 
     /// Reads a signal: standalone from the channel, a group member from the shadow of the last
     /// `receive_signal_group` of its group.
-    pub fn receive_signal(
-        &mut self,
-        id: u16,
-        out: &mut [u8],
-    ) -> Result<(usize, Freshness), ComError> {
+    pub fn receive_signal(&mut self, id: u16, out: &mut [u8]) -> Result<(usize, Freshness), ComError> {
         match self.view.place(id)? {
-            Place::Standalone { index, .. } => {
-                self.view.receive_signal(id, out, &mut self.seen[index])
-            }
-            Place::Member {
-                index,
-                group,
-                offset,
-                len,
-            } => {
-                let gid = (self.view.words[TABLE + 2 * self.view.nsig + 2 * group]
-                    .load(Ordering::Relaxed)
-                    & 0xffff) as u16;
+            Place::Standalone { index, .. } => self.view.receive_signal(id, out, &mut self.seen[index]),
+            Place::Member { index, group, offset, len } => {
+                let gid =
+                    (self.view.words[TABLE + 2 * self.view.nsig + 2 * group].load(Ordering::Relaxed) & 0xffff) as u16;
                 if self.shadow_group != Some(gid) {
-                    return Err(ComError::NotOk(
-                        "call receive_signal_group for this signal's group first",
-                    ));
+                    return Err(ComError::NotOk("call receive_signal_group for this signal's group first"));
                 }
                 if out.len() < len {
                     return Err(ComError::NotOk("buffer shorter than the signal"));
                 }
-                out[..len].copy_from_slice(&self.shadow[offset..offset + len]);
+                // The table is re-read from shared memory: a peer may have grown the group past the shadow
+                // this receiver was sized for.
+                let src = self.shadow.get(offset..offset + len).ok_or(ComError::ServiceNotAvailable)?;
+                out[..len].copy_from_slice(src);
                 let gseen = self.seen[self.view.nsig + group];
                 let fresh = if gseen == 0 {
                     Freshness::NeverWritten
@@ -531,11 +423,7 @@ impl<'a, 'b> ComReceiver<'a, 'b> {
     /// Copies a group's current value into the shadow.
     pub fn receive_signal_group(&mut self, id: u16) -> Result<Freshness, ComError> {
         let gp = self.view.group(id)?;
-        let fresh = self.view.receive_signal_group(
-            id,
-            self.shadow,
-            &mut self.seen[self.view.nsig + gp.index],
-        )?;
+        let fresh = self.view.receive_signal_group(id, self.shadow, &mut self.seen[self.view.nsig + gp.index])?;
         self.shadow_group = Some(id);
         Ok(fresh)
     }
@@ -624,23 +512,15 @@ impl ComConfig {
         let Ok((offsets, groups, _)) = self.plan() else {
             return;
         };
-        words[W_COUNTS].store(
-            self.signals.len() as u64 | (self.groups.len() as u64) << 32,
-            Ordering::Relaxed,
-        );
+        words[W_COUNTS].store(self.signals.len() as u64 | (self.groups.len() as u64) << 32, Ordering::Relaxed);
         for (i, (s, &off)) in self.signals.iter().zip(&offsets).enumerate() {
             let g = match s.group {
-                Some(g) => self
-                    .groups
-                    .iter()
-                    .position(|gd| gd.id == g)
-                    .map_or(NO_GROUP, |p| p as u64),
+                Some(g) => self.groups.iter().position(|gd| gd.id == g).map_or(NO_GROUP, |p| p as u64),
                 None => NO_GROUP,
             };
             let flags = if s.dynamic { FLAG_DYNAMIC } else { 0 };
             words[TABLE + 2 * i].store(s.id as u64 | g << 16 | flags << 32, Ordering::Relaxed);
-            words[TABLE + 2 * i + 1]
-                .store(off as u64 | (s.max_len as u64) << 32, Ordering::Relaxed);
+            words[TABLE + 2 * i + 1].store(off as u64 | (s.max_len as u64) << 32, Ordering::Relaxed);
         }
         let base = TABLE + 2 * self.signals.len();
         for (g, (gd, &(slot, cap))) in self.groups.iter().zip(&groups).enumerate() {

@@ -71,10 +71,7 @@ impl<'a> ControlBlock<'a> {
         let name = channel_name_into(cell, &mut buf).ok_or(AttachError::NotFound)?;
         let w = region.raw(name)?;
         if w.len() < WORDS {
-            return Err(AttachError::Corrupt {
-                channel: None,
-                what: "cell control block too small",
-            });
+            return Err(AttachError::Corrupt { channel: None, what: "cell control block too small" });
         }
         Ok(ControlBlock { w })
     }

@@ -30,11 +30,6 @@ pub fn wait(word: &AtomicU64, seen: u64, timeout_ns: u64) {
 pub fn wake_all(word: &AtomicU64) {
     // SAFETY: FUTEX_WAKE reads nothing but the address, which is valid for the call.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr() as *const u32,
-            libc::FUTEX_WAKE,
-            i32::MAX,
-        );
+        libc::syscall(libc::SYS_futex, word.as_ptr() as *const u32, libc::FUTEX_WAKE, i32::MAX);
     }
 }

@@ -47,11 +47,7 @@ pub struct HistogramWriter<'a> {
 impl<'a> HistogramWriter<'a> {
     /// Lays out an empty histogram of `nbuckets` buckets `bucket_width_ns` wide in `words`.
     /// `nbuckets` is stored last (release), so a reader never sees a half-initialised shape.
-    pub fn init(
-        words: &'a [AtomicU64],
-        bucket_width_ns: u64,
-        nbuckets: usize,
-    ) -> Result<Self, &'static str> {
+    pub fn init(words: &'a [AtomicU64], bucket_width_ns: u64, nbuckets: usize) -> Result<Self, &'static str> {
         if bucket_width_ns == 0 {
             return Err("histogram bucket width must be above 0 ns");
         }
@@ -197,17 +193,12 @@ impl<'a> HistogramReader<'a> {
     /// `(lower bound ns, count)` of every bucket, in order.
     pub fn buckets(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
         let width = self.bucket_width_ns;
-        self.buckets
-            .iter()
-            .enumerate()
-            .map(move |(i, w)| ((i as u64).saturating_mul(width), w.load(Ordering::Relaxed)))
+        self.buckets.iter().enumerate().map(move |(i, w)| ((i as u64).saturating_mul(width), w.load(Ordering::Relaxed)))
     }
 
     /// Values counted in buckets and overflow (saturating; may differ from `count` while the writer runs).
     pub fn total(&self) -> u64 {
-        let t = self
-            .buckets()
-            .fold(self.overflow as u128, |t, (_, c)| t + c as u128);
+        let t = self.buckets().fold(self.overflow as u128, |t, (_, c)| t + c as u128);
         u64::try_from(t).unwrap_or(u64::MAX)
     }
 
@@ -256,10 +247,7 @@ mod tests {
         let r = HistogramReader::read(&w).unwrap();
         assert_eq!(r.count, 6);
         assert_eq!(r.nbuckets(), 4);
-        assert_eq!(
-            r.buckets().collect::<std::vec::Vec<_>>(),
-            [(0, 2), (10, 1), (20, 0), (30, 1)]
-        );
+        assert_eq!(r.buckets().collect::<std::vec::Vec<_>>(), [(0, 2), (10, 1), (20, 0), (30, 1)]);
         assert_eq!(r.overflow, 2);
         assert_eq!(r.overruns, 1);
         assert_eq!(r.min(), Some(0));

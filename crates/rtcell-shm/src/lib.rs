@@ -31,7 +31,5 @@ pub use com::{ComError, ComReceiver, ComView, GroupDef, SignalDef};
 #[cfg(feature = "std")]
 pub use region::layout::{LayoutError, RegionLayout};
 pub use region::{AttachError, ChannelKind, RegionView};
-pub use ring::{
-    Consumer, Overflow, Producer, RecvError, RingConfig, RingCounters, RingView, SendError,
-};
+pub use ring::{Consumer, Overflow, Producer, RecvError, RingConfig, RingCounters, RingView, SendError};
 pub use signal::{Freshness, SignalError, SignalView};

@@ -33,14 +33,7 @@ unsafe impl Sync for SharedMemory {}
 fn map_fd(fd: &OwnedFd, len: usize) -> io::Result<*mut u8> {
     // SAFETY: mapping a file descriptor we own with a length it has; the kernel picks the address.
     let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
+        libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
     };
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
@@ -71,8 +64,7 @@ impl SharedMemory {
     /// A new anonymous region of `len` bytes (rounded up to 4 KiB), shareable with children by fd.
     pub fn create_anonymous(debug_name: &str, len: usize) -> io::Result<SharedMemory> {
         let len = len.div_ceil(4096).max(1) * 4096;
-        let cname =
-            CString::new(debug_name).map_err(|_| io::Error::other("region name contains NUL"))?;
+        let cname = CString::new(debug_name).map_err(|_| io::Error::other("region name contains NUL"))?;
         // SAFETY: memfd_create reads the NUL-terminated name; returns a new fd or -1.
         let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
         if raw < 0 {
@@ -85,37 +77,23 @@ impl SharedMemory {
             return Err(io::Error::last_os_error());
         }
         let ptr = map_fd(&fd, len)?;
-        Ok(SharedMemory {
-            ptr,
-            len,
-            fd,
-            unlink: None,
-        })
+        Ok(SharedMemory { ptr, len, fd, unlink: None })
     }
 
     /// Maps a region received by file descriptor (a child's side). Takes ownership of `fd`.
     pub fn from_fd(fd: OwnedFd) -> io::Result<SharedMemory> {
         let len = fd_size(fd.as_raw_fd())?;
         if len == 0 || len % 8 != 0 {
-            return Err(io::Error::other(format!(
-                "shared region has an unusable size of {len} bytes"
-            )));
+            return Err(io::Error::other(format!("shared region has an unusable size of {len} bytes")));
         }
         let ptr = map_fd(&fd, len)?;
-        Ok(SharedMemory {
-            ptr,
-            len,
-            fd,
-            unlink: None,
-        })
+        Ok(SharedMemory { ptr, len, fd, unlink: None })
     }
 
     fn named_path(name: &str) -> io::Result<String> {
         if name.is_empty()
             || name.len() > 64
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -134,15 +112,11 @@ impl SharedMemory {
         if std::path::Path::new(&path).exists() {
             match Self::open_named(name) {
                 Ok(old) => {
-                    let pid = RegionView::attach(old.words())
-                        .map(|r| r.creator_pid())
-                        .unwrap_or(0);
+                    let pid = RegionView::attach(old.words()).map(|r| r.creator_pid()).unwrap_or(0);
                     if pid_alive(pid) {
                         return Err(io::Error::new(
                             io::ErrorKind::AddrInUse,
-                            format!(
-                                "region {path} is in use by running process {pid}; stop it or pick another name"
-                            ),
+                            format!("region {path} is in use by running process {pid}; stop it or pick another name"),
                         ));
                     }
                     stale = Some(pid);
@@ -152,16 +126,10 @@ impl SharedMemory {
             std::fs::remove_file(&path)?;
         }
         let len = len.div_ceil(4096).max(1) * 4096;
-        let cpath =
-            CString::new(path.clone()).map_err(|_| io::Error::other("path contains NUL"))?;
+        let cpath = CString::new(path.clone()).map_err(|_| io::Error::other("path contains NUL"))?;
         // SAFETY: open with a valid NUL-terminated path; O_EXCL so we never share a half-made file.
-        let raw = unsafe {
-            libc::open(
-                cpath.as_ptr(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-                0o600,
-            )
-        };
+        let raw =
+            unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600) };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -174,24 +142,13 @@ impl SharedMemory {
             return Err(e);
         }
         let ptr = map_fd(&fd, len)?;
-        Ok((
-            SharedMemory {
-                ptr,
-                len,
-                fd,
-                unlink: Some(path),
-            },
-            stale,
-        ))
+        Ok((SharedMemory { ptr, len, fd, unlink: Some(path) }, stale))
     }
 
     /// Maps an existing named region.
     pub fn open_named(name: &str) -> io::Result<SharedMemory> {
         let path = Self::named_path(name)?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)?;
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
         SharedMemory::from_fd(OwnedFd::from(file))
     }
 
@@ -207,9 +164,7 @@ impl SharedMemory {
                 continue;
             };
             if let Ok(m) = Self::open_named(name) {
-                let pid = RegionView::attach(m.words())
-                    .map(|r| r.creator_pid())
-                    .unwrap_or(0);
+                let pid = RegionView::attach(m.words()).map(|r| r.creator_pid()).unwrap_or(0);
                 if !pid_alive(pid) {
                     out.push((name.to_string(), pid));
                 }

@@ -59,46 +59,28 @@ pub enum AttachError {
     /// An rtcell region of another layout version.
     Version { found: u32, supported: u32 },
     /// A header or table field is impossible.
-    Corrupt {
-        channel: Option<usize>,
-        what: &'static str,
-    },
+    Corrupt { channel: Option<usize>, what: &'static str },
     /// No channel of that name.
     NotFound,
     /// The channel exists but is of another kind.
-    WrongKind {
-        found: ChannelKind,
-        wanted: ChannelKind,
-    },
+    WrongKind { found: ChannelKind, wanted: ChannelKind },
 }
 
 impl core::fmt::Display for AttachError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             AttachError::Truncated { need, have } => {
-                write!(
-                    f,
-                    "region truncated: header needs {need} bytes, the mapping has {have}"
-                )
+                write!(f, "region truncated: header needs {need} bytes, the mapping has {have}")
             }
             AttachError::BadMagic { found } => {
-                write!(
-                    f,
-                    "not an rtcell region (magic {found:#018x}); was it created by rtcell and fully initialised?"
-                )
+                write!(f, "not an rtcell region (magic {found:#018x}); was it created by rtcell and fully initialised?")
             }
             AttachError::Version { found, supported } => write!(
                 f,
                 "region layout version {found}, this build supports {supported}: run both sides from the same rtcell version"
             ),
-            AttachError::Corrupt {
-                channel: Some(i),
-                what,
-            } => write!(f, "corrupt region: channel #{i}: {what}"),
-            AttachError::Corrupt {
-                channel: None,
-                what,
-            } => write!(f, "corrupt region header: {what}"),
+            AttachError::Corrupt { channel: Some(i), what } => write!(f, "corrupt region: channel #{i}: {what}"),
+            AttachError::Corrupt { channel: None, what } => write!(f, "corrupt region header: {what}"),
             AttachError::NotFound => write!(f, "no channel of that name in the region"),
             AttachError::WrongKind { found, wanted } => {
                 write!(f, "channel is a {found:?}, not a {wanted:?}")
@@ -132,11 +114,7 @@ impl ChannelEntry {
         RingConfig {
             capacity: self.param0,
             max_frame: self.param1,
-            overflow: if self.flags & RING_FLAG_OVERWRITE != 0 {
-                Overflow::OverwriteOldest
-            } else {
-                Overflow::Reject
-            },
+            overflow: if self.flags & RING_FLAG_OVERWRITE != 0 { Overflow::OverwriteOldest } else { Overflow::Reject },
             notify: self.flags & RING_FLAG_NOTIFY != 0,
         }
     }
@@ -154,10 +132,7 @@ impl<'a> RegionView<'a> {
     pub fn attach(words: &'a [AtomicU64]) -> Result<Self, AttachError> {
         let have = (words.len() * 8) as u64;
         if words.len() < HEADER_WORDS {
-            return Err(AttachError::Truncated {
-                need: (HEADER_WORDS * 8) as u64,
-                have,
-            });
+            return Err(AttachError::Truncated { need: (HEADER_WORDS * 8) as u64, have });
         }
         let magic = words[0].load(Ordering::Acquire);
         if magic != MAGIC {
@@ -166,39 +141,24 @@ impl<'a> RegionView<'a> {
         let w1 = words[1].load(Ordering::Relaxed);
         let version = w1 as u32;
         if version != LAYOUT_VERSION {
-            return Err(AttachError::Version {
-                found: version,
-                supported: LAYOUT_VERSION,
-            });
+            return Err(AttachError::Version { found: version, supported: LAYOUT_VERSION });
         }
         let count = (w1 >> 32) as usize;
         if count > MAX_CHANNELS {
-            return Err(AttachError::Corrupt {
-                channel: None,
-                what: "more than 256 channels",
-            });
+            return Err(AttachError::Corrupt { channel: None, what: "more than 256 channels" });
         }
         let total = words[2].load(Ordering::Relaxed);
         if total > have {
             return Err(AttachError::Truncated { need: total, have });
         }
         if total % 8 != 0 {
-            return Err(AttachError::Corrupt {
-                channel: None,
-                what: "total size not a multiple of 8",
-            });
+            return Err(AttachError::Corrupt { channel: None, what: "total size not a multiple of 8" });
         }
         let table_end = HEADER_WORDS + count * ENTRY_WORDS;
         if (table_end * 8) as u64 > total {
-            return Err(AttachError::Corrupt {
-                channel: None,
-                what: "channel table runs past the region",
-            });
+            return Err(AttachError::Corrupt { channel: None, what: "channel table runs past the region" });
         }
-        let view = RegionView {
-            words: &words[..(total / 8) as usize],
-            count,
-        };
+        let view = RegionView { words: &words[..(total / 8) as usize], count };
         for i in 0..count {
             view.entry(i)?;
         }
@@ -226,10 +186,7 @@ impl<'a> RegionView<'a> {
 
     /// Entry `i`, validated.
     pub fn entry(&self, i: usize) -> Result<ChannelEntry, AttachError> {
-        let corrupt = |what| AttachError::Corrupt {
-            channel: Some(i),
-            what,
-        };
+        let corrupt = |what| AttachError::Corrupt { channel: Some(i), what };
         if i >= self.count {
             return Err(AttachError::NotFound);
         }
@@ -297,10 +254,7 @@ impl<'a> RegionView<'a> {
     fn find_kind(&self, name: &str, wanted: ChannelKind) -> Result<ChannelEntry, AttachError> {
         let e = self.find(name)?;
         if e.kind != wanted {
-            return Err(AttachError::WrongKind {
-                found: e.kind,
-                wanted,
-            });
+            return Err(AttachError::WrongKind { found: e.kind, wanted });
         }
         Ok(e)
     }
@@ -312,22 +266,14 @@ impl<'a> RegionView<'a> {
 
     pub fn ring(&self, name: &str) -> Result<RingView<'a>, AttachError> {
         let e = self.find_kind(name, ChannelKind::Ring)?;
-        RingView::new(self.channel_words(&e), e.ring_config()).map_err(|what| {
-            AttachError::Corrupt {
-                channel: None,
-                what,
-            }
-        })
+        RingView::new(self.channel_words(&e), e.ring_config())
+            .map_err(|what| AttachError::Corrupt { channel: None, what })
     }
 
     pub fn signal(&self, name: &str) -> Result<SignalView<'a>, AttachError> {
         let e = self.find_kind(name, ChannelKind::Signal)?;
-        SignalView::new(self.channel_words(&e), e.param0 as usize).map_err(|what| {
-            AttachError::Corrupt {
-                channel: None,
-                what,
-            }
-        })
+        SignalView::new(self.channel_words(&e), e.param0 as usize)
+            .map_err(|what| AttachError::Corrupt { channel: None, what })
     }
 
     pub fn com(&self, name: &str) -> Result<ComView<'a>, AttachError> {
@@ -363,6 +309,8 @@ pub mod layout {
     #[derive(Default)]
     pub struct RegionLayout {
         planned: Vec<Planned>,
+        /// Place every channel (and the end of the header) on a 4 KiB page boundary.
+        page_aligned: bool,
     }
 
     /// Why a layout was refused.
@@ -400,8 +348,7 @@ pub mod layout {
         }
 
         pub fn ring(&mut self, name: &str, cfg: RingConfig) -> Result<&mut Self, LayoutError> {
-            cfg.validate()
-                .map_err(|e| LayoutError(format!("ring {name:?}: {e}")))?;
+            cfg.validate().map_err(|e| LayoutError(format!("ring {name:?}: {e}")))?;
             let mut flags = 0;
             if cfg.overflow == Overflow::OverwriteOldest {
                 flags |= RING_FLAG_OVERWRITE;
@@ -433,9 +380,7 @@ pub mod layout {
         }
 
         pub fn com(&mut self, name: &str, cfg: ComConfig) -> Result<&mut Self, LayoutError> {
-            let words = cfg
-                .words_needed()
-                .map_err(|e| LayoutError(format!("COM channel {name:?}: {e}")))?;
+            let words = cfg.words_needed().map_err(|e| LayoutError(format!("COM channel {name:?}: {e}")))?;
             self.push(Planned {
                 name: name.into(),
                 kind: ChannelKind::Com,
@@ -459,13 +404,20 @@ pub mod layout {
             })
         }
 
-        /// Byte offsets of each channel (cache-line aligned) and the total size.
+        /// Puts each channel on its own pages, so a VM can be given some of them read-only.
+        pub fn page_aligned(&mut self) -> &mut Self {
+            self.page_aligned = true;
+            self
+        }
+
+        /// Byte offsets of each channel (cache-line or page aligned) and the total size.
         fn place(&self) -> (Vec<usize>, usize) {
-            let mut off = ((HEADER_WORDS + self.planned.len() * ENTRY_WORDS) * 8).div_ceil(64) * 64;
+            let align = if self.page_aligned { 4096 } else { 64 };
+            let mut off = ((HEADER_WORDS + self.planned.len() * ENTRY_WORDS) * 8).div_ceil(align) * align;
             let mut offsets = Vec::with_capacity(self.planned.len());
             for p in &self.planned {
                 offsets.push(off);
-                off += p.size.div_ceil(64) * 64;
+                off += p.size.div_ceil(align) * align;
             }
             (offsets, off)
         }
@@ -489,10 +441,7 @@ pub mod layout {
             for w in &words[1..total / 8] {
                 w.store(0, Ordering::Relaxed);
             }
-            words[1].store(
-                LAYOUT_VERSION as u64 | (self.planned.len() as u64) << 32,
-                Ordering::Relaxed,
-            );
+            words[1].store(LAYOUT_VERSION as u64 | (self.planned.len() as u64) << 32, Ordering::Relaxed);
             words[2].store(total as u64, Ordering::Relaxed);
             words[3].store(creator_pid as u64, Ordering::Relaxed);
             for (i, (p, &off)) in self.planned.iter().zip(&offsets).enumerate() {
@@ -521,9 +470,7 @@ pub mod layout {
                             },
                             notify: p.flags & RING_FLAG_NOTIFY != 0,
                         };
-                        RingView::new(ch, cfg)
-                            .map_err(|e| LayoutError(e.into()))?
-                            .init();
+                        RingView::new(ch, cfg).map_err(|e| LayoutError(e.into()))?.init();
                     }
                     ChannelKind::Com => {
                         if let Some(cfg) = &p.com {

@@ -73,7 +73,7 @@ pub enum Overflow {
 /// Static shape of a ring, as recorded in the region's channel table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingConfig {
-    /// Bytes of the data area (a multiple of 64).
+    /// Bytes of the data area (a power of two, at least 64).
     pub capacity: u32,
     /// Largest payload a frame may carry.
     pub max_frame: u32,
@@ -86,13 +86,9 @@ impl RingConfig {
     /// A ring that holds at least `frames` frames of `max_frame` bytes.
     pub const fn for_frames(max_frame: u32, frames: u32) -> RingConfig {
         let frame = FRAME_HEADER as u32 + round16(max_frame);
-        let capacity = (frame * frames + FRAME_HEADER as u32).div_ceil(64) * 64;
-        RingConfig {
-            capacity,
-            max_frame,
-            overflow: Overflow::Reject,
-            notify: false,
-        }
+        let capacity = (frame * frames + RESERVE as u32).next_power_of_two();
+        let capacity = if capacity < 64 { 64 } else { capacity };
+        RingConfig { capacity, max_frame, overflow: Overflow::Reject, notify: false }
     }
 
     /// Bytes the whole channel takes in the region.
@@ -103,24 +99,31 @@ impl RingConfig {
     /// Checks the shape: a frame of `max_frame` bytes must always fit twice, so a send can always succeed
     /// once the consumer has caught up.
     pub fn validate(&self) -> Result<(), &'static str> {
-        if self.capacity == 0 || self.capacity % 64 != 0 {
-            return Err("ring capacity must be a non-zero multiple of 64 bytes");
+        // A power of two, so positions wrap with a mask instead of a division on the hot path.
+        if self.capacity < 64 || !self.capacity.is_power_of_two() {
+            return Err("ring capacity must be a power of two of at least 64 bytes");
         }
         if self.max_frame > MAX_FRAME_LIMIT {
             return Err("ring max_frame is above the 16 MiB limit");
         }
         let frame = FRAME_HEADER as u64 + round16(self.max_frame) as u64;
-        if (self.capacity as u64) < 2 * frame + FRAME_HEADER as u64 {
-            return Err(
-                "ring capacity must hold two frames of max_frame bytes plus a 16-byte header",
-            );
+        if (self.capacity as u64) < 2 * frame + RESERVE {
+            return Err("ring capacity must hold two frames of max_frame bytes plus 80 bytes");
         }
         Ok(())
     }
 }
 
+/// Bytes a send reserves beyond its frame: the sentinel header and one cache line ahead.
+const RESERVE: u64 = FRAME_HEADER as u64 + 64;
+
 /// Largest `max_frame` a ring accepts.
 pub const MAX_FRAME_LIMIT: u32 = 16 << 20;
+
+/// Positions and sequence numbers never get this large in an honest ring (2^63 bytes is decades of
+/// traffic); below it, no arithmetic on them can overflow. A side that (re)starts takes its state from
+/// shared memory, where the peer may have left anything, and checks it against this bound.
+const POS_LIMIT: u64 = 1 << 63;
 
 const fn round16(n: u32) -> u32 {
     (n + 15) & !15
@@ -164,6 +167,8 @@ pub struct RingView<'a> {
     words: &'a [AtomicU64],
     cfg: RingConfig,
     cap: u64,
+    /// `cap - 1`: byte positions wrap with a mask.
+    mask: u64,
 }
 
 impl<'a> RingView<'a> {
@@ -173,11 +178,7 @@ impl<'a> RingView<'a> {
         if words.len() != cfg.channel_bytes() / 8 {
             return Err("ring channel size does not match its capacity");
         }
-        Ok(RingView {
-            words,
-            cfg,
-            cap: cfg.capacity as u64,
-        })
+        Ok(RingView { words, cfg, cap: cfg.capacity as u64, mask: cfg.capacity as u64 - 1 })
     }
 
     /// Writes the initial state (creator only, before anyone attaches).
@@ -220,7 +221,7 @@ impl<'a> RingView<'a> {
     #[inline]
     fn data(&self, byte_off: u64) -> &'a AtomicU64 {
         // Offsets are reduced modulo the capacity and 8-aligned by construction; index stays in bounds.
-        &self.words[DATA + (byte_off % self.cap) as usize / 8]
+        &self.words[DATA + (byte_off & self.mask) as usize / 8]
     }
 
     /// Words of the data area starting at offset `off` (< capacity), `n` words long, bounds-checked.
@@ -272,21 +273,24 @@ impl<'a> Producer<'a> {
     pub fn try_send(&mut self, data: &[u8]) -> Result<(), SendError> {
         let r = self.ring;
         if data.len() > r.cfg.max_frame as usize {
-            return Err(SendError::TooLarge {
-                len: data.len(),
-                max: r.cfg.max_frame as usize,
-            });
+            return Err(SendError::TooLarge { len: data.len(), max: r.cfg.max_frame as usize });
+        }
+        if self.tail > POS_LIMIT || self.seq > POS_LIMIT {
+            return Err(SendError::Corrupt("producer position out of range"));
         }
         let size = (FRAME_HEADER + data.len().div_ceil(16) * 16) as u64;
-        let off = self.tail % r.cap;
+        let off = self.tail & r.mask;
         let pad = if r.cap - off < size { r.cap - off } else { 0 };
         let start = self.tail + pad;
-        // The frame, plus the sentinel header after it, must lie in free space.
-        let end = start + size + FRAME_HEADER as u64;
+        // The frame, the sentinel header after it, and the first stamp of the next cache line must lie in
+        // free space. That last word is zeroed after publishing, only to own its line before a later frame
+        // puts a sentinel there: the ownership transfer then happens off the critical path.
+        let ahead = ((start + size) & !63) + 64;
+        let end = ahead + FRAME_HEADER as u64;
 
         match r.cfg.overflow {
             Overflow::Reject => {
-                if end - self.head_cache > r.cap {
+                if self.head_cache > self.tail || end - self.head_cache > r.cap {
                     let head = r.words[C_HEAD].load(Ordering::Acquire);
                     if head > self.tail || self.tail - head > r.cap || head % 16 != 0 {
                         return Err(SendError::Corrupt("consumer head outside the ring"));
@@ -299,6 +303,9 @@ impl<'a> Producer<'a> {
                 }
             }
             Overflow::OverwriteOldest => {
+                if self.oldest_pos > self.tail || self.oldest_seq > POS_LIMIT {
+                    return Err(SendError::Corrupt("overwrite bookkeeping outside the ring"));
+                }
                 if end - self.oldest_pos > r.cap {
                     self.drop_oldest_until(end)?;
                     r.words[P_OLDEST_POS].store(self.oldest_pos, Ordering::Relaxed);
@@ -309,14 +316,13 @@ impl<'a> Producer<'a> {
             }
         }
 
-        let start_off = start % r.cap;
+        let start_off = start & r.mask;
         let payload_words = data.len().div_ceil(8);
         let Some(payload) = r.data_words(start_off + FRAME_HEADER as u64, payload_words) else {
             return Err(SendError::Corrupt("frame outside the ring"));
         };
         copy_to_words(data, payload);
-        r.data(start_off + 8)
-            .store(data.len() as u64, Ordering::Relaxed);
+        r.data(start_off + 8).store(data.len() as u64, Ordering::Relaxed);
         r.data(start + size).store(0, Ordering::Relaxed); // sentinel: not published yet
         if pad > 0 {
             r.data(off + 8).store(FLAG_WRAP << 32, Ordering::Relaxed);
@@ -329,10 +335,11 @@ impl<'a> Producer<'a> {
 
         self.tail = start + size;
         self.seq += 1;
-        self.sent += 1;
+        self.sent = self.sent.wrapping_add(1);
         r.words[P_TAIL].store(self.tail, Ordering::Relaxed);
         r.words[P_NEXT_SEQ].store(self.seq, Ordering::Release);
         r.words[P_SENT].store(self.sent, Ordering::Relaxed);
+        r.data(ahead).store(0, Ordering::Relaxed);
         if r.cfg.notify {
             self.wake();
         }
@@ -343,11 +350,16 @@ impl<'a> Producer<'a> {
     fn drop_oldest_until(&mut self, end: u64) -> Result<(), SendError> {
         let r = &self.ring;
         let head = r.words[C_HEAD].load(Ordering::Acquire);
+        // Each round frees at least 16 bytes and less than a lap ever needs freeing, so an honest ring never
+        // needs more rounds than this. A restarted producer reads its positions from shared memory, where
+        // the peer may have left anything: they must not keep us here (nearly) forever.
+        let mut rounds = r.cap / 16 + 1;
         while end - self.oldest_pos > r.cap {
-            if self.oldest_pos >= self.tail {
+            if self.oldest_pos >= self.tail || rounds == 0 {
                 return Err(SendError::Corrupt("overwrite bookkeeping passed the tail"));
             }
-            let off = self.oldest_pos % r.cap;
+            rounds -= 1;
+            let off = self.oldest_pos & r.mask;
             let mut lf = r.data(off + 8).load(Ordering::Relaxed);
             r.data(off).store(0, Ordering::Relaxed);
             if (lf >> 32) & FLAG_WRAP != 0 {
@@ -374,6 +386,9 @@ impl<'a> Producer<'a> {
             }
             self.oldest_pos += FRAME_HEADER as u64 + len.div_ceil(16) * 16;
             self.oldest_seq += 1;
+            if self.oldest_pos > self.tail {
+                return Err(SendError::Corrupt("queued frame length was overwritten"));
+            }
         }
         Ok(())
     }
@@ -406,6 +421,9 @@ pub struct Consumer<'a> {
 impl<'a> Consumer<'a> {
     /// Takes the next message into `out`, returning its length.
     pub fn try_recv(&mut self, out: &mut [u8]) -> Result<usize, RecvError> {
+        if self.head > POS_LIMIT || self.expected > POS_LIMIT {
+            return Err(RecvError::Corrupt("consumer position out of range"));
+        }
         match self.ring.cfg.overflow {
             Overflow::Reject => self.recv_reject(out),
             Overflow::OverwriteOldest => {
@@ -426,7 +444,7 @@ impl<'a> Consumer<'a> {
     #[inline]
     fn locate(&self, stamp: u64) -> Result<(u64, usize), RecvError> {
         let r = &self.ring;
-        let off = self.head % r.cap;
+        let off = self.head & r.mask;
         let lf = r.data(off + 8).load(Ordering::Relaxed);
         let mut start = self.head;
         let mut len_flags = lf;
@@ -455,7 +473,7 @@ impl<'a> Consumer<'a> {
         if len > r.cfg.max_frame as usize {
             return Err(RecvError::Corrupt("frame length above max_frame"));
         }
-        let end = start % r.cap + (FRAME_HEADER + len.div_ceil(16) * 16) as u64;
+        let end = (start & r.mask) + (FRAME_HEADER + len.div_ceil(16) * 16) as u64;
         if end > r.cap {
             return Err(RecvError::Corrupt("frame runs past the end of the ring"));
         }
@@ -464,10 +482,7 @@ impl<'a> Consumer<'a> {
 
     #[inline]
     fn copy_out(&self, start: u64, len: usize, out: &mut [u8]) -> Result<(), RecvError> {
-        let Some(src) = self
-            .ring
-            .data_words(start % self.ring.cap + FRAME_HEADER as u64, len.div_ceil(8))
-        else {
+        let Some(src) = self.ring.data_words((start & self.ring.mask) + FRAME_HEADER as u64, len.div_ceil(8)) else {
             return Err(RecvError::Corrupt("frame outside the ring"));
         };
         copy_from_words(src, &mut out[..len]);
@@ -479,17 +494,14 @@ impl<'a> Consumer<'a> {
         let r = &self.ring;
         self.head = start + (FRAME_HEADER + len.div_ceil(16) * 16) as u64;
         self.expected += 1;
-        self.received += 1;
+        self.received = self.received.wrapping_add(1);
         r.words[C_HEAD].store(self.head, Ordering::Release);
         r.words[C_EXPECTED].store(self.expected, Ordering::Relaxed);
         r.words[C_RECEIVED].store(self.received, Ordering::Relaxed);
     }
 
     fn recv_reject(&mut self, out: &mut [u8]) -> Result<usize, RecvError> {
-        let stamp = self
-            .ring
-            .data(self.head % self.ring.cap)
-            .load(Ordering::Acquire);
+        let stamp = self.ring.data(self.head & self.ring.mask).load(Ordering::Acquire);
         if stamp != self.expected {
             return Err(if stamp == 0 {
                 RecvError::Empty
@@ -508,7 +520,7 @@ impl<'a> Consumer<'a> {
 
     fn recv_overwrite(&mut self, out: &mut [u8]) -> Result<Result<usize, RecvError>, Lapped> {
         let r = self.ring;
-        let stamp = r.data(self.head % r.cap).load(Ordering::Acquire);
+        let stamp = r.data(self.head & r.mask).load(Ordering::Acquire);
         let oldest = r.words[P_OLDEST_SEQ].load(Ordering::Relaxed);
         if oldest > self.expected {
             self.resync()?;
@@ -541,16 +553,9 @@ impl<'a> Consumer<'a> {
         Ok(Ok(len))
     }
 
-    fn unless_dropped(
-        &self,
-        res: Result<usize, RecvError>,
-    ) -> Result<Result<usize, RecvError>, Lapped> {
+    fn unless_dropped(&self, res: Result<usize, RecvError>) -> Result<Result<usize, RecvError>, Lapped> {
         fence(Ordering::Acquire);
-        if self.ring.words[P_OLDEST_SEQ].load(Ordering::Relaxed) > self.expected {
-            Err(Lapped)
-        } else {
-            Ok(res)
-        }
+        if self.ring.words[P_OLDEST_SEQ].load(Ordering::Relaxed) > self.expected { Err(Lapped) } else { Ok(res) }
     }
 
     /// Jumps to the oldest frame the producer still holds, counting what we skipped as lost.
@@ -558,11 +563,11 @@ impl<'a> Consumer<'a> {
         let r = &self.ring;
         let seq = r.words[P_OLDEST_SEQ].load(Ordering::Acquire);
         let pos = r.words[P_OLDEST_POS].load(Ordering::Acquire);
-        if pos % 16 != 0 || seq <= self.expected || pos < self.head {
+        if pos % 16 != 0 || seq <= self.expected || pos < self.head || pos > POS_LIMIT || seq > POS_LIMIT {
             return Err(Lapped); // mid-update or impossible: try again, bounded by the caller
         }
         // The pair is consistent only if the frame there carries that sequence number.
-        if r.data(pos % r.cap).load(Ordering::Acquire) != seq {
+        if r.data(pos & r.mask).load(Ordering::Acquire) != seq {
             return Err(Lapped);
         }
         let skipped = seq - self.expected;
@@ -577,10 +582,7 @@ impl<'a> Consumer<'a> {
     /// Whether a message may be waiting (a cheap poll; `try_recv` is the authority).
     #[inline]
     pub fn has_message(&self) -> bool {
-        self.ring
-            .data(self.head % self.ring.cap)
-            .load(Ordering::Acquire)
-            != 0
+        self.ring.data(self.head & self.ring.mask).load(Ordering::Acquire) != 0
     }
 
     /// Sleeps until the producer sends (requires a ring created with `notify`) or `timeout_ns` passes.

@@ -76,16 +76,9 @@ impl<'a> SignalView<'a> {
 
     /// Publishes a new value of `len` bytes produced by `fill` into the slot's data words (writer only).
     /// Used by signal groups to commit several members at once.
-    pub fn write_with(
-        &self,
-        len: usize,
-        fill: impl FnOnce(&[AtomicU64]),
-    ) -> Result<(), SignalError> {
+    pub fn write_with(&self, len: usize, fill: impl FnOnce(&[AtomicU64])) -> Result<(), SignalError> {
         if len > self.capacity {
-            return Err(SignalError::TooLarge {
-                len,
-                max: self.capacity,
-            });
+            return Err(SignalError::TooLarge { len, max: self.capacity });
         }
         let seq = self.words[0].load(Ordering::Relaxed) | 1;
         self.words[0].store(seq, Ordering::Relaxed);
@@ -98,11 +91,7 @@ impl<'a> SignalView<'a> {
 
     /// Reads the current value into `out`; `last_seen` is this reader's memory of the last sequence number
     /// it read (start at 0), used to tell New from Old.
-    pub fn read(
-        &self,
-        out: &mut [u8],
-        last_seen: &mut u64,
-    ) -> Result<(usize, Freshness), SignalError> {
+    pub fn read(&self, out: &mut [u8], last_seen: &mut u64) -> Result<(usize, Freshness), SignalError> {
         let mut len = 0usize;
         let seq = self.read_with(|len_word, data| {
             let l = len_word as usize;

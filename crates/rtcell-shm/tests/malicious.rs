@@ -17,8 +17,8 @@ use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use rtcell_shm::sync::AtomicU64;
 use rtcell_shm::{
-    ComReceiver, ComView, Freshness, Overflow, RecvError, RegionLayout, RegionView, RingConfig, RingView,
-    SendError, SignalError, SignalView,
+    ComReceiver, ComView, Freshness, Overflow, RecvError, RegionLayout, RegionView, RingConfig, RingView, SendError,
+    SignalError, SignalView,
 };
 use std::sync::atomic::Ordering;
 
@@ -26,12 +26,7 @@ use std::sync::atomic::Ordering;
 const OPS: usize = 2_000;
 
 fn config(cases: u32) -> ProptestConfig {
-    let mut c = ProptestConfig {
-        cases,
-        failure_persistence: None,
-        max_shrink_iters: 256,
-        ..ProptestConfig::default()
-    };
+    let mut c = ProptestConfig { cases, failure_persistence: None, max_shrink_iters: 256, ..ProptestConfig::default() };
     if let Some(n) = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()) {
         c.cases = n;
     }
@@ -118,8 +113,11 @@ fn exercise_region(words: &[AtomicU64], rng: &mut Rng) -> usize {
                 }
             }
             rtcell_shm::ChannelKind::Raw => {
-                let raw = r.raw(&name).unwrap();
-                assert_eq!(raw.len() * 8, e.size);
+                // (By name, this may find another channel: the peer can make names repeat.)
+                if let Ok(raw) = r.raw(&name) {
+                    assert!(raw.len() * 8 <= r.size());
+                }
+                assert_eq!(r.channel_words(&e).len() * 8, e.size);
             }
         }
         // Asking for the wrong kind is an error, not a panic.
@@ -296,7 +294,7 @@ fn with_valid_header(bytes: &[u8], count: u64) -> Vec<AtomicU64> {
 }
 
 proptest! {
-    #![proptest_config(config(3_000))]
+    #![proptest_config(config(20_000))]
 
     /// Pure garbage, and garbage behind a valid header.
     #[test]
@@ -312,7 +310,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(5_000))]
+    #![proptest_config(config(50_000))]
 
     /// A valid region with a few words or bytes changed, mostly in the header, the table and the
     /// channels' control words; then every channel is used.
@@ -348,7 +346,7 @@ proptest! {
 const RING_SHAPES: [(u32, u32); 6] = [(128, 16), (128, 32), (192, 40), (512, 100), (1024, 64), (4096, 1000)];
 
 proptest! {
-    #![proptest_config(config(2_000))]
+    #![proptest_config(config(20_000))]
 
     #[test]
     fn hostile_ring_peer(shape in 0..RING_SHAPES.len(), overwrite: bool, seed: u64, rate in 1u64..60) {
@@ -446,7 +444,7 @@ proptest! {
 // (c) Hostile peers in signals and COM channels.
 
 proptest! {
-    #![proptest_config(config(2_000))]
+    #![proptest_config(config(10_000))]
 
     #[test]
     fn hostile_signal_peer(capacity in 0usize..100, seed: u64, rate in 1u64..60) {

@@ -9,9 +9,7 @@ use common::*;
 use rtcell_shm::mapping::SharedMemory;
 use rtcell_shm::region::{HEADER_WORDS, LAYOUT_VERSION, MAGIC};
 use rtcell_shm::sync::AtomicU64;
-use rtcell_shm::{
-    AttachError, ChannelKind, Overflow, RecvError, RegionLayout, RegionView, RingConfig, SendError,
-};
+use rtcell_shm::{AttachError, ChannelKind, Overflow, RecvError, RegionLayout, RegionView, RingConfig, SendError};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 
@@ -19,14 +17,7 @@ fn full_layout() -> RegionLayout {
     let mut l = RegionLayout::new();
     l.ring("rx", RingConfig::for_frames(100, 4))
         .unwrap()
-        .ring(
-            "tx",
-            RingConfig {
-                overflow: Overflow::OverwriteOldest,
-                notify: true,
-                ..RingConfig::for_frames(64, 8)
-            },
-        )
+        .ring("tx", RingConfig { overflow: Overflow::OverwriteOldest, notify: true, ..RingConfig::for_frames(64, 8) })
         .unwrap()
         .signal("speed", 8)
         .unwrap()
@@ -51,9 +42,7 @@ fn layout_places_every_channel() {
     assert!(!r.is_empty());
     assert_eq!(r.size(), layout.size_bytes());
     assert_eq!(r.creator_pid(), 4242);
-    let names: Vec<_> = (0..r.len())
-        .map(|i| r.entry(i).unwrap().name().to_string())
-        .collect();
+    let names: Vec<_> = (0..r.len()).map(|i| r.entry(i).unwrap().name().to_string()).collect();
     assert_eq!(names, ["rx", "tx", "speed", "com", "ctl"]);
     let kinds: Vec<_> = (0..r.len()).map(|i| r.entry(i).unwrap().kind).collect();
     use ChannelKind::*;
@@ -69,52 +58,22 @@ fn layout_places_every_channel() {
     assert!(end <= r.size());
     assert_eq!(r.entry(5), Err(AttachError::NotFound));
     // Accessors by name and kind.
-    assert_eq!(
-        r.ring("rx").unwrap().config(),
-        RingConfig::for_frames(100, 4)
-    );
+    assert_eq!(r.ring("rx").unwrap().config(), RingConfig::for_frames(100, 4));
     let tx = r.ring("tx").unwrap().config();
     assert_eq!((tx.overflow, tx.notify), (Overflow::OverwriteOldest, true));
     assert_eq!(r.signal("speed").unwrap().capacity(), 8);
     assert_eq!(r.com("com").unwrap().signal_count(), 8);
     assert_eq!(r.raw("ctl").unwrap().len(), 128 / 8); // rounded up to a cache line
     assert_eq!(r.ring("nope").err(), Some(AttachError::NotFound));
-    assert_eq!(
-        r.ring("speed").err(),
-        Some(AttachError::WrongKind {
-            found: Signal,
-            wanted: Ring
-        })
-    );
-    assert_eq!(
-        r.signal("rx").err(),
-        Some(AttachError::WrongKind {
-            found: Ring,
-            wanted: Signal
-        })
-    );
-    assert_eq!(
-        r.com("ctl").err(),
-        Some(AttachError::WrongKind {
-            found: Raw,
-            wanted: Com
-        })
-    );
-    assert_eq!(
-        r.raw("com").err(),
-        Some(AttachError::WrongKind {
-            found: Com,
-            wanted: Raw
-        })
-    );
+    assert_eq!(r.ring("speed").err(), Some(AttachError::WrongKind { found: Signal, wanted: Ring }));
+    assert_eq!(r.signal("rx").err(), Some(AttachError::WrongKind { found: Ring, wanted: Signal }));
+    assert_eq!(r.com("ctl").err(), Some(AttachError::WrongKind { found: Raw, wanted: Com }));
+    assert_eq!(r.raw("com").err(), Some(AttachError::WrongKind { found: Com, wanted: Raw }));
     assert_eq!(r.find("ctl").unwrap().kind, Raw);
     // Channels really are separate memory.
     let mut p = r.ring("rx").unwrap().producer();
     p.try_send(b"one").unwrap();
-    assert_eq!(
-        r.ring("tx").unwrap().consumer().try_recv(&mut [0; 64]),
-        Err(RecvError::Empty)
-    );
+    assert_eq!(r.ring("tx").unwrap().consumer().try_recv(&mut [0; 64]), Err(RecvError::Empty));
     let mut buf = [0u8; 100];
     assert_eq!(r.ring("rx").unwrap().consumer().try_recv(&mut buf), Ok(3));
 }
@@ -135,27 +94,15 @@ fn init_resets_a_used_region() {
     }
     layout.init(&words, 1).unwrap();
     let r = RegionView::attach(&words).unwrap();
-    assert_eq!(
-        r.ring("rx").unwrap().consumer().try_recv(&mut [0; 100]),
-        Err(RecvError::Empty)
-    );
+    assert_eq!(r.ring("rx").unwrap().consumer().try_recv(&mut [0; 100]), Err(RecvError::Empty));
     assert_eq!(r.ring("rx").unwrap().counters(), Default::default());
-    assert_eq!(
-        r.signal("speed")
-            .unwrap()
-            .seq_word()
-            .load(Ordering::Relaxed),
-        0
-    );
+    assert_eq!(r.signal("speed").unwrap().seq_word().load(Ordering::Relaxed), 0);
     assert_eq!(r.raw("ctl").unwrap()[0].load(Ordering::Relaxed), 0);
     assert_eq!(r.creator_pid(), 1);
     // A larger memory than needed is fine; the region is the layout's size.
     let big = zeroed(layout.size_bytes() / 8 + 100);
     layout.init(&big, 2).unwrap();
-    assert_eq!(
-        RegionView::attach(&big).unwrap().size(),
-        layout.size_bytes()
-    );
+    assert_eq!(RegionView::attach(&big).unwrap().size(), layout.size_bytes());
     // A smaller one is refused.
     let small = zeroed(layout.size_bytes() / 8 - 1);
     assert!(layout.init(&small, 2).is_err());
@@ -168,28 +115,8 @@ fn layout_errors() {
     assert!(RegionLayout::new().ring(&"x".repeat(33), ring).is_err());
     assert!(RegionLayout::new().ring(&"x".repeat(32), ring).is_ok());
     assert!(RegionLayout::new().ring("a\0b", ring).is_err());
-    assert!(
-        RegionLayout::new()
-            .ring(
-                "r",
-                RingConfig {
-                    capacity: 100,
-                    ..ring
-                }
-            )
-            .is_err()
-    );
-    assert!(
-        RegionLayout::new()
-            .ring(
-                "r",
-                RingConfig {
-                    max_frame: 10_000,
-                    ..ring
-                }
-            )
-            .is_err()
-    );
+    assert!(RegionLayout::new().ring("r", RingConfig { capacity: 100, ..ring }).is_err());
+    assert!(RegionLayout::new().ring("r", RingConfig { max_frame: 10_000, ..ring }).is_err());
     let mut l = RegionLayout::new();
     l.signal("a", 4).unwrap();
     assert!(l.raw("a", 8).is_err(), "duplicate names");
@@ -216,100 +143,52 @@ fn attach_rejects_bad_headers() {
     let layout = full_layout();
     let fresh = || build(&layout);
 
-    assert!(matches!(
-        RegionView::attach(&zeroed(7)),
-        Err(AttachError::Truncated { need: 64, have: 56 })
-    ));
-    assert_eq!(
-        RegionView::attach(&zeroed(64)).err(),
-        Some(AttachError::BadMagic { found: 0 })
-    );
+    assert!(matches!(RegionView::attach(&zeroed(7)), Err(AttachError::Truncated { need: 64, have: 56 })));
+    assert_eq!(RegionView::attach(&zeroed(64)).err(), Some(AttachError::BadMagic { found: 0 }));
 
     let w = fresh();
     w[1].store(2 | 5 << 32, Ordering::Relaxed);
-    assert_eq!(
-        RegionView::attach(&w).err(),
-        Some(AttachError::Version {
-            found: 2,
-            supported: LAYOUT_VERSION
-        })
-    );
+    assert_eq!(RegionView::attach(&w).err(), Some(AttachError::Version { found: 2, supported: LAYOUT_VERSION }));
 
     let w = fresh();
     w[1].store(LAYOUT_VERSION as u64 | 257 << 32, Ordering::Relaxed);
-    assert!(matches!(
-        RegionView::attach(&w),
-        Err(AttachError::Corrupt { channel: None, .. })
-    ));
+    assert!(matches!(RegionView::attach(&w), Err(AttachError::Corrupt { channel: None, .. })));
 
     let w = fresh();
     let total = w[2].load(Ordering::Relaxed);
     w[2].store(total + 8, Ordering::Relaxed);
-    assert!(matches!(
-        RegionView::attach(&w),
-        Err(AttachError::Truncated { .. })
-    ));
+    assert!(matches!(RegionView::attach(&w), Err(AttachError::Truncated { .. })));
     // The mapping handed over is shorter than the region.
     let w = fresh();
-    assert!(matches!(
-        RegionView::attach(&w[..w.len() - 1]),
-        Err(AttachError::Truncated { .. })
-    ));
+    assert!(matches!(RegionView::attach(&w[..w.len() - 1]), Err(AttachError::Truncated { .. })));
 
     let w = fresh();
     w[2].store(total - 4, Ordering::Relaxed);
-    assert!(matches!(
-        RegionView::attach(&w),
-        Err(AttachError::Corrupt { channel: None, .. })
-    ));
+    assert!(matches!(RegionView::attach(&w), Err(AttachError::Corrupt { channel: None, .. })));
 
     let w = fresh();
     w[2].store(64, Ordering::Relaxed);
-    assert!(matches!(
-        RegionView::attach(&w),
-        Err(AttachError::Corrupt { channel: None, .. })
-    ));
+    assert!(matches!(RegionView::attach(&w), Err(AttachError::Corrupt { channel: None, .. })));
 
     // A region shrunk so that the last channel sticks out.
     let w = fresh();
     w[2].store(total - 64, Ordering::Relaxed);
-    assert!(matches!(
-        RegionView::attach(&w),
-        Err(AttachError::Corrupt {
-            channel: Some(4),
-            ..
-        })
-    ));
+    assert!(matches!(RegionView::attach(&w), Err(AttachError::Corrupt { channel: Some(4), .. })));
 
     // Magic is stored last: a region whose creator has not finished is not attached.
     let w = fresh();
     assert_eq!(w[0].load(Ordering::Relaxed), MAGIC);
     w[0].store(0, Ordering::Relaxed);
-    assert!(matches!(
-        RegionView::attach(&w),
-        Err(AttachError::BadMagic { .. })
-    ));
+    assert!(matches!(RegionView::attach(&w), Err(AttachError::BadMagic { .. })));
 
     for e in [
         AttachError::Truncated { need: 1, have: 0 },
         AttachError::BadMagic { found: 1 },
-        AttachError::Version {
-            found: 9,
-            supported: 1,
-        },
-        AttachError::Corrupt {
-            channel: Some(1),
-            what: "x",
-        },
-        AttachError::Corrupt {
-            channel: None,
-            what: "x",
-        },
+        AttachError::Version { found: 9, supported: 1 },
+        AttachError::Corrupt { channel: Some(1), what: "x" },
+        AttachError::Corrupt { channel: None, what: "x" },
         AttachError::NotFound,
-        AttachError::WrongKind {
-            found: ChannelKind::Ring,
-            wanted: ChannelKind::Raw,
-        },
+        AttachError::WrongKind { found: ChannelKind::Ring, wanted: ChannelKind::Raw },
     ] {
         assert!(!e.to_string().is_empty());
     }
@@ -340,10 +219,7 @@ fn attach_rejects_bad_entries() {
         let w = build(&layout);
         entry_word(&w, i, k).store(v, Ordering::Relaxed);
         match RegionView::attach(&w) {
-            Err(AttachError::Corrupt {
-                channel: Some(c),
-                what,
-            }) => {
+            Err(AttachError::Corrupt { channel: Some(c), what }) => {
                 assert_eq!(c, i, "entry {i} word {k} = {v:#x}: {what}")
             }
             other => panic!("entry {i} word {k} = {v:#x}: {:?}", other.err()),
@@ -373,9 +249,7 @@ fn anonymous_mapping() {
     assert!(m.words().iter().all(|w| w.load(Ordering::Relaxed) == 0));
     layout.init(m.words(), std::process::id()).unwrap();
     // The same memory through a second mapping of the same file.
-    let fd: OwnedFd = std::fs::File::open(format!("/proc/self/fd/{}", m.fd()))
-        .map(OwnedFd::from)
-        .unwrap();
+    let fd: OwnedFd = std::fs::File::open(format!("/proc/self/fd/{}", m.fd())).map(OwnedFd::from).unwrap();
     let fd2 = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -389,19 +263,12 @@ fn anonymous_mapping() {
     let r1 = RegionView::attach(m.words()).unwrap();
     let r2 = RegionView::attach(m2.words()).unwrap();
     assert_eq!(r2.creator_pid(), std::process::id());
-    r1.ring("rx")
-        .unwrap()
-        .producer()
-        .try_send(b"across mappings")
-        .unwrap();
+    r1.ring("rx").unwrap().producer().try_send(b"across mappings").unwrap();
     let mut buf = [0u8; 100];
     assert_eq!(r2.ring("rx").unwrap().consumer().try_recv(&mut buf), Ok(15));
     assert_eq!(&buf[..15], b"across mappings");
     assert!(SharedMemory::create_anonymous("a\0b", 10).is_err());
-    assert_eq!(
-        SharedMemory::create_anonymous("tiny", 0).unwrap().len(),
-        4096
-    );
+    assert_eq!(SharedMemory::create_anonymous("tiny", 0).unwrap().len(), 4096);
 }
 
 #[test]
@@ -410,16 +277,9 @@ fn from_fd_refuses_unusable_sizes() {
     for (i, len) in [0usize, 12].into_iter().enumerate() {
         let path = dir.join(format!("rtcell-shm-test-{}-{i}", std::process::id()));
         std::fs::write(&path, vec![0u8; len]).unwrap();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
-        assert!(
-            SharedMemory::from_fd(OwnedFd::from(f)).is_err(),
-            "{len} bytes"
-        );
+        assert!(SharedMemory::from_fd(OwnedFd::from(f)).is_err(), "{len} bytes");
     }
 }
 
@@ -442,11 +302,7 @@ fn named_regions_and_stale_detection() {
         r.signal("speed").unwrap().write(b"42").unwrap();
         let mut seen = 0;
         let mut out = [0u8; 8];
-        let got = RegionView::attach(m.words())
-            .unwrap()
-            .signal("speed")
-            .unwrap()
-            .read(&mut out, &mut seen);
+        let got = RegionView::attach(m.words()).unwrap().signal("speed").unwrap().read(&mut out, &mut seen);
         assert_eq!(got, Ok((2, rtcell_shm::Freshness::New)));
         // Its creator (this process) is alive: a second creation is refused, the region is kept.
         let err = SharedMemory::create_named(&name, 4096).err().unwrap();
@@ -472,10 +328,7 @@ fn named_regions_and_stale_detection() {
     drop(reopened);
     let (m, stale) = SharedMemory::create_named(&name, 4096).unwrap();
     assert_eq!(stale, Some(dead_pid));
-    assert!(
-        m.words().iter().all(|w| w.load(Ordering::Relaxed) == 0),
-        "a new, zeroed region"
-    );
+    assert!(m.words().iter().all(|w| w.load(Ordering::Relaxed) == 0), "a new, zeroed region");
     // A leftover that is not a region at all is stale too.
     drop(m);
     std::fs::write(&path, [1u8; 64]).unwrap();
@@ -517,10 +370,7 @@ fn child_consumer() {
         }
     }
     // Report back through the region.
-    r.signal("speed")
-        .unwrap()
-        .write(&expect.to_le_bytes())
-        .unwrap();
+    r.signal("speed").unwrap().write(&expect.to_le_bytes()).unwrap();
 }
 
 #[test]
@@ -530,12 +380,7 @@ fn ring_between_processes() {
     let (m, _) = SharedMemory::create_named(&name, layout.size_bytes()).unwrap();
     layout.init(m.words(), std::process::id()).unwrap();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_consumer",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "child_consumer", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, &name)
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -563,16 +408,9 @@ fn ring_between_processes() {
     assert!(status.success(), "consumer process failed: {status}");
     let mut out = [0u8; 8];
     let mut seen = 0;
-    let got = r
-        .signal("speed")
-        .unwrap()
-        .read(&mut out, &mut seen)
-        .unwrap();
+    let got = r.signal("speed").unwrap().read(&mut out, &mut seen).unwrap();
     assert_eq!(got.0, 8);
     assert_eq!(u64::from_le_bytes(out), CROSS_MESSAGES);
     let k = r.ring("rx").unwrap().counters();
-    assert_eq!(
-        (k.sent, k.received, k.lost),
-        (CROSS_MESSAGES, CROSS_MESSAGES, 0)
-    );
+    assert_eq!((k.sent, k.received, k.lost), (CROSS_MESSAGES, CROSS_MESSAGES, 0));
 }

@@ -17,10 +17,7 @@ use std::time::Duration;
 use Overflow::{OverwriteOldest, Reject};
 
 fn ring(words: &[AtomicU64]) -> RingView<'_> {
-    RegionView::attach(words)
-        .expect("valid region")
-        .ring("r")
-        .expect("ring r")
+    RegionView::attach(words).expect("valid region").ring("r").expect("ring r")
 }
 
 /// The positions a Reject ring's producer works with, kept by the test: which frames are queued where,
@@ -36,24 +33,14 @@ struct RejectModel {
 
 impl RejectModel {
     fn new(cap: u32) -> Self {
-        RejectModel {
-            cap: cap as u64,
-            tail: 0,
-            head: 0,
-            queued: VecDeque::new(),
-            wraps: 0,
-        }
+        RejectModel { cap: cap as u64, tail: 0, head: 0, queued: VecDeque::new(), wraps: 0 }
     }
 
     /// Where the frame goes and whether a WRAP marker precedes it; None if the ring is full.
     fn send(&mut self, seq: u64, len: usize) -> Option<()> {
         let size = frame_bytes(len);
         let off = self.tail % self.cap;
-        let pad = if self.cap - off < size {
-            self.cap - off
-        } else {
-            0
-        };
+        let pad = if self.cap - off < size { self.cap - off } else { 0 };
         let start = self.tail + pad;
         if start + size + FRAME_HEADER as u64 - self.head > self.cap {
             return None;
@@ -128,10 +115,7 @@ fn zero_length_frames() {
         assert_eq!(&buf[..5], b"after");
         let n: u64 = (0..500).map(|r| 1 + r % 7).sum::<u64>() + 3;
         let k = r.counters();
-        assert_eq!(
-            (k.sent, k.received, k.lost, k.rejected, k.overwritten),
-            (n, n, 0, 0, 0)
-        );
+        assert_eq!((k.sent, k.received, k.lost, k.rejected, k.overwritten), (n, n, 0, 0, 0));
     }
 
     // A Reject ring of 128 bytes holds exactly (128 - 16) / 16 = 7 empty frames (the sentinel takes 16).
@@ -174,11 +158,7 @@ fn max_frame_sized_frames() {
             }
             // Interleaved with small frames, so that large ones land at odd offsets and need WRAP markers.
             for i in 0..60u64 {
-                let len = if i % 3 == 0 {
-                    max as usize
-                } else {
-                    (i as usize * 37) % 100
-                };
+                let len = if i % 3 == 0 { max as usize } else { (i as usize * 37) % 100 };
                 p.try_send(&payload(seq, len)).unwrap();
                 assert_eq!(c.try_recv(&mut buf), Ok(len));
                 assert!(is_payload(seq, &buf[..len]));
@@ -195,17 +175,8 @@ fn too_large_is_refused_and_changes_nothing() {
         let words = ring_region(cfg(256, 64, overflow));
         let r = ring(&words);
         let (mut p, mut c) = (r.producer(), r.consumer());
-        assert_eq!(
-            p.try_send(&[0; 65]),
-            Err(SendError::TooLarge { len: 65, max: 64 })
-        );
-        assert_eq!(
-            p.try_send(&[0; 100_000]),
-            Err(SendError::TooLarge {
-                len: 100_000,
-                max: 64
-            })
-        );
+        assert_eq!(p.try_send(&[0; 65]), Err(SendError::TooLarge { len: 65, max: 64 }));
+        assert_eq!(p.try_send(&[0; 100_000]), Err(SendError::TooLarge { len: 100_000, max: 64 }));
         assert_eq!(r.counters(), Default::default());
         assert_eq!(c.try_recv(&mut [0; 128]), Err(RecvError::Empty));
         p.try_send(&payload(7, 64)).unwrap();
@@ -269,12 +240,7 @@ fn reject_fills_up_then_drains_in_order() {
 /// frame would not fit, every message in order with its content.
 #[test]
 fn reject_wraparound_mixed_sizes() {
-    for (capacity, max_frame, seed) in [
-        (128u32, 16u32, 1u64),
-        (512, 100, 2),
-        (640, 200, 3),
-        (4096, 1000, 4),
-    ] {
+    for (capacity, max_frame, seed) in [(128u32, 16u32, 1u64), (512, 100, 2), (640, 200, 3), (4096, 1000, 4)] {
         let words = ring_region(cfg(capacity, max_frame, Reject));
         let r = ring(&words);
         let (mut p, mut c) = (r.producer(), r.consumer());
@@ -285,11 +251,7 @@ fn reject_wraparound_mixed_sizes() {
         while model.tail / capacity as u64 <= 400 {
             for _ in 0..1 + rng.below(6) {
                 // Mostly random lengths; sometimes the largest, which forces a WRAP marker at most offsets.
-                let len = if rng.chance(1, 4) {
-                    max_frame as usize
-                } else {
-                    rng.below(max_frame as u64 + 1) as usize
-                };
+                let len = if rng.chance(1, 4) { max_frame as usize } else { rng.below(max_frame as u64 + 1) as usize };
                 let res = p.try_send(&payload(next, len));
                 match model.send(next, len) {
                     Some(()) => {
@@ -319,16 +281,10 @@ fn reject_wraparound_mixed_sizes() {
             assert!(is_payload(seq, &buf[..len]));
         }
         assert_eq!(c.try_recv(&mut buf), Err(RecvError::Empty));
-        eprintln!(
-            "{capacity}/{max_frame}: {} wraps, {} fulls",
-            model.wraps, fulls
-        );
+        eprintln!("{capacity}/{max_frame}: {} wraps, {} fulls", model.wraps, fulls);
         assert!(model.wraps >= 40, "only {} wraps", model.wraps);
         let k = r.counters();
-        assert_eq!(
-            (k.sent, k.received, k.lost, k.overwritten),
-            (next, next, 0, 0)
-        );
+        assert_eq!((k.sent, k.received, k.lost, k.overwritten), (next, next, 0, 0));
         assert_eq!(k.rejected, fulls);
     }
 }
@@ -355,16 +311,10 @@ fn too_small_buffer_leaves_the_message_queued() {
         // A larger buffer than needed is fine, and TooSmall on one message does not disturb the next.
         p.try_send(&payload(10, 5)).unwrap();
         p.try_send(&payload(11, 30)).unwrap();
-        assert_eq!(
-            c.try_recv(&mut small[..4]),
-            Err(RecvError::TooSmall { len: 5 })
-        );
+        assert_eq!(c.try_recv(&mut small[..4]), Err(RecvError::TooSmall { len: 5 }));
         assert_eq!(c.try_recv(&mut small), Ok(5));
         assert!(is_payload(10, &small[..5]));
-        assert_eq!(
-            c.try_recv(&mut small[..29]),
-            Err(RecvError::TooSmall { len: 30 })
-        );
+        assert_eq!(c.try_recv(&mut small[..29]), Err(RecvError::TooSmall { len: 30 }));
         assert_eq!(c.try_recv(&mut small[..30]), Ok(30));
         assert!(is_payload(11, &small[..30]));
         let k = r.counters();
@@ -382,10 +332,7 @@ fn overwrite_oldest_keeps_the_newest() {
         p.try_send(&payload(seq, 48)).unwrap(); // never Full
     }
     let k = r.counters();
-    assert_eq!(
-        (k.sent, k.rejected, k.overwritten, k.lost, k.received),
-        (1000, 0, 985, 0, 0)
-    );
+    assert_eq!((k.sent, k.rejected, k.overwritten, k.lost, k.received), (1000, 0, 985, 0, 0));
     let mut buf = [0u8; 64];
     for seq in 986..=1000 {
         assert_eq!(c.try_recv(&mut buf), Ok(48));
@@ -464,12 +411,7 @@ fn overwrite_drops_a_wrapped_frame_with_its_marker() {
         }
     }
     let k = r.counters();
-    assert_eq!(
-        k.received + k.lost,
-        8,
-        "{k:?}, received after the wrap: {}",
-        got.len()
-    );
+    assert_eq!(k.received + k.lost, 8, "{k:?}, received after the wrap: {}", got.len());
     assert_eq!(k.received, 2 + got.len() as u64);
     assert!(!got.is_empty());
     let last = got.last().unwrap();
@@ -482,15 +424,7 @@ fn overwrite_drops_a_wrapped_frame_with_its_marker() {
 /// lost; every message received is whole and newer than the one before.
 #[test]
 fn overwrite_random_walk_accounting_is_exact() {
-    let shapes = [
-        (128u32, 16u32),
-        (192, 16),
-        (256, 64),
-        (320, 100),
-        (640, 200),
-        (1024, 64),
-        (4096, 1000),
-    ];
+    let shapes = [(128u32, 16u32), (192, 16), (256, 64), (320, 100), (640, 200), (1024, 64), (4096, 1000)];
     for (n, &(capacity, max_frame)) in shapes.iter().enumerate() {
         for seed in 0..40u64 {
             let words = ring_region(cfg(capacity, max_frame, OverwriteOldest));
@@ -519,10 +453,7 @@ fn overwrite_random_walk_accounting_is_exact() {
                             let k = r.counters();
                             assert_eq!(k.received, received);
                             let seq = k.received + k.lost;
-                            assert!(
-                                seq > last && seq <= sent,
-                                "shape {capacity}/{max_frame} seed {seed}: seq {seq}"
-                            );
+                            assert!(seq > last && seq <= sent, "shape {capacity}/{max_frame} seed {seed}: seq {seq}");
                             assert_eq!(lens[seq as usize - 1], len, "seq {seq}");
                             assert!(is_payload(seq, &buf[..len]), "seq {seq}");
                             last = seq;
@@ -535,9 +466,7 @@ fn overwrite_random_walk_accounting_is_exact() {
                                 "Empty with messages outstanding: shape {capacity}/{max_frame} seed {seed}, {k:?}"
                             );
                         }
-                        Err(e) => panic!(
-                            "honest ring reported {e:?} (shape {capacity}/{max_frame} seed {seed})"
-                        ),
+                        Err(e) => panic!("honest ring reported {e:?} (shape {capacity}/{max_frame} seed {seed})"),
                     }
                 }
             }
@@ -550,15 +479,8 @@ fn overwrite_random_walk_accounting_is_exact() {
             }
             let k = r.counters();
             assert_eq!((k.sent, k.received), (sent, received));
-            assert_eq!(
-                k.received + k.lost,
-                k.sent,
-                "shape {capacity}/{max_frame} seed {seed}"
-            );
-            assert_eq!(
-                k.overwritten, k.lost,
-                "single-threaded, every overwritten frame is a lost one"
-            );
+            assert_eq!(k.received + k.lost, k.sent, "shape {capacity}/{max_frame} seed {seed}");
+            assert_eq!(k.overwritten, k.lost, "single-threaded, every overwritten frame is a lost one");
             assert_eq!(k.rejected, 0);
         }
     }
@@ -627,10 +549,7 @@ fn validate_and_for_frames() {
 #[test]
 fn wait_for_message_wakes_on_send() {
     for overflow in [Reject, OverwriteOldest] {
-        let words = ring_region(RingConfig {
-            notify: true,
-            ..cfg(256, 64, overflow)
-        });
+        let words = ring_region(RingConfig { notify: true, ..cfg(256, 64, overflow) });
         let r = ring(&words);
         let event = r.event_word();
         let (tx, rx) = mpsc::channel();
@@ -650,24 +569,13 @@ fn wait_for_message_wakes_on_send() {
             });
             // Send once the consumer is asleep (or about to be). If the wake-up were lost the consumer would
             // sleep for two minutes.
-            let waiters = &words[RegionView::attach(&words)
-                .unwrap()
-                .find("r")
-                .unwrap()
-                .offset
-                / 8
-                + 16];
+            let waiters = &words[RegionView::attach(&words).unwrap().find("r").unwrap().offset / 8 + 16];
             while waiters.load(Ordering::SeqCst) == 0 {
                 std::thread::yield_now();
             }
             r.producer().try_send(b"wake up").unwrap();
-            assert!(
-                event.load(Ordering::Relaxed) > 0,
-                "a waiting consumer was not signalled"
-            );
-            let got = rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("the consumer was not woken");
+            assert!(event.load(Ordering::Relaxed) > 0, "a waiting consumer was not signalled");
+            let got = rx.recv_timeout(Duration::from_secs(60)).expect("the consumer was not woken");
             assert_eq!(got, b"wake up");
         });
     }
@@ -675,10 +583,7 @@ fn wait_for_message_wakes_on_send() {
 
 #[test]
 fn wait_for_message_times_out_or_returns_at_once() {
-    let words = ring_region(RingConfig {
-        notify: true,
-        ..cfg(256, 64, Reject)
-    });
+    let words = ring_region(RingConfig { notify: true, ..cfg(256, 64, Reject) });
     let r = ring(&words);
     let mut c = r.consumer();
     // Nothing sent: returns after the timeout, nothing received.
@@ -694,8 +599,7 @@ fn wait_for_message_times_out_or_returns_at_once() {
             c.wait_for_message(120_000_000_000);
             tx.send(()).unwrap();
         });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("wait_for_message slept with a message waiting");
+        rx.recv_timeout(Duration::from_secs(60)).expect("wait_for_message slept with a message waiting");
     });
     assert_eq!(c.try_recv(&mut [0; 64]), Ok(1));
 }

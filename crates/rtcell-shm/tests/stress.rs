@@ -9,8 +9,8 @@ mod common;
 use common::*;
 use rtcell_shm::sync::AtomicU64;
 use rtcell_shm::{
-    ComError, ComReceiver, Freshness, GroupDef, Overflow, RecvError, RegionLayout, RegionView,
-    RingConfig, SendError, SignalDef, SignalError,
+    ComError, ComReceiver, Freshness, GroupDef, Overflow, RecvError, RegionLayout, RegionView, RingConfig, SendError,
+    SignalDef, SignalError,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -55,12 +55,7 @@ fn check_abort(abort: &AtomicBool) {
 }
 
 fn ring_words(overflow: Overflow, capacity: u32) -> Vec<AtomicU64> {
-    ring_region(RingConfig {
-        capacity,
-        max_frame: MAX_FRAME as u32,
-        overflow,
-        notify: false,
-    })
+    ring_region(RingConfig { capacity, max_frame: MAX_FRAME as u32, overflow, notify: false })
 }
 
 #[test]
@@ -99,11 +94,7 @@ fn reject_two_threads_no_loss() {
                 match c.try_recv(&mut buf) {
                     Ok(len) => {
                         assert_eq!(len, len_for(expect), "length of message {expect}");
-                        assert_eq!(
-                            read_tagged(&buf[..len]),
-                            Some(expect),
-                            "content of message {expect}"
-                        );
+                        assert_eq!(read_tagged(&buf[..len]), Some(expect), "content of message {expect}");
                         expect += 1;
                     }
                     Err(RecvError::Empty) => {
@@ -117,10 +108,7 @@ fn reject_two_threads_no_loss() {
         });
     });
     let k = r.counters();
-    assert_eq!(
-        (k.sent, k.received, k.lost, k.overwritten),
-        (MESSAGES, MESSAGES, 0, 0)
-    );
+    assert_eq!((k.sent, k.received, k.lost, k.overwritten), (MESSAGES, MESSAGES, 0, 0));
     eprintln!("reject: {k:?}");
 }
 
@@ -135,12 +123,7 @@ fn overwrite_two_threads_exact_loss() {
 
 fn overwrite_exact_loss(capacity: u32, max_frame: u32, messages: u64) {
     let len_for = |seq| len_up_to(seq, max_frame as usize);
-    let words = ring_region(RingConfig {
-        capacity,
-        max_frame,
-        overflow: Overflow::OverwriteOldest,
-        notify: false,
-    });
+    let words = ring_region(RingConfig { capacity, max_frame, overflow: Overflow::OverwriteOldest, notify: false });
     let r = RegionView::attach(&words).unwrap().ring("r").unwrap();
     let abort = AtomicBool::new(false);
     let done = AtomicBool::new(false);
@@ -152,8 +135,7 @@ fn overwrite_exact_loss(capacity: u32, max_frame: u32, messages: u64) {
             for seq in 1..=messages {
                 let len = len_for(seq);
                 tagged(seq, &mut buf[..len]);
-                p.try_send(&buf[..len])
-                    .unwrap_or_else(|e| panic!("send {seq}: {e:?}"));
+                p.try_send(&buf[..len]).unwrap_or_else(|e| panic!("send {seq}: {e:?}"));
                 // Now and then, let the consumer catch up, so that both regimes (lapped and not) occur.
                 if seq % 256 == 0 {
                     std::thread::yield_now();
@@ -175,8 +157,7 @@ fn overwrite_exact_loss(capacity: u32, max_frame: u32, messages: u64) {
             loop {
                 match c.try_recv(&mut buf) {
                     Ok(len) => {
-                        let seq = read_tagged(&buf[..len])
-                            .unwrap_or_else(|| panic!("torn message after {last}"));
+                        let seq = read_tagged(&buf[..len]).unwrap_or_else(|| panic!("torn message after {last}"));
                         assert_eq!(len, len_for(seq), "length of message {seq}");
                         assert!(seq > last, "message {seq} after {last}");
                         gaps += seq - last - 1;
@@ -218,16 +199,10 @@ fn overwrite_exact_loss(capacity: u32, max_frame: u32, messages: u64) {
     eprintln!("overwrite {capacity}/{max_frame}: {k:?}");
     assert_eq!(k.sent, messages);
     assert_eq!(k.received, received);
-    assert_eq!(
-        k.lost, gaps,
-        "lost counts exactly the sequence numbers never received"
-    );
+    assert_eq!(k.lost, gaps, "lost counts exactly the sequence numbers never received");
     assert_eq!(k.received + k.lost, k.sent);
     assert!(k.lost > 0);
-    assert!(
-        k.overwritten >= k.lost,
-        "every lost message was overwritten"
-    );
+    assert!(k.overwritten >= k.lost, "every lost message was overwritten");
     assert_eq!(k.rejected, 0);
 }
 
@@ -235,10 +210,7 @@ fn overwrite_exact_loss(capacity: u32, max_frame: u32, messages: u64) {
 #[test]
 fn notify_ring_with_sleeping_consumer() {
     const N: u64 = 100_000;
-    let words = ring_region(RingConfig {
-        notify: true,
-        ..RingConfig::for_frames(MAX_FRAME as u32, 8)
-    });
+    let words = ring_region(RingConfig { notify: true, ..RingConfig::for_frames(MAX_FRAME as u32, 8) });
     let r = RegionView::attach(&words).unwrap().ring("r").unwrap();
     let abort = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -294,11 +266,7 @@ fn signal_value(counter: u64, buf: &mut [u8; 64]) -> usize {
 }
 
 /// Checks one read of the stress signal; false if it was Busy.
-fn check_signal_read(
-    res: Result<(usize, Freshness), SignalError>,
-    out: &[u8; 64],
-    last: &mut u64,
-) -> bool {
+fn check_signal_read(res: Result<(usize, Freshness), SignalError>, out: &[u8; 64], last: &mut u64) -> bool {
     match res {
         Ok((len, Freshness::NeverWritten)) => {
             assert_eq!((len, *last), (0, 0));
@@ -382,25 +350,10 @@ fn com_group_never_mixed() {
     const COMMITS: u64 = 300_000;
     // Members of odd sizes so that they share words.
     let members: [(u16, u32); 4] = [(10, 8), (11, 3), (12, 13), (13, 5)];
-    let mut signals: Vec<SignalDef> = members
-        .iter()
-        .map(|&(id, max_len)| SignalDef {
-            id,
-            max_len,
-            dynamic: false,
-            group: Some(1),
-        })
-        .collect();
-    signals.push(SignalDef {
-        id: 50,
-        max_len: 32,
-        dynamic: true,
-        group: None,
-    });
-    let cfg = rtcell_shm::ComConfig {
-        signals,
-        groups: vec![GroupDef { id: 1 }],
-    };
+    let mut signals: Vec<SignalDef> =
+        members.iter().map(|&(id, max_len)| SignalDef { id, max_len, dynamic: false, group: Some(1) }).collect();
+    signals.push(SignalDef { id: 50, max_len: 32, dynamic: true, group: None });
+    let cfg = rtcell_shm::ComConfig { signals, groups: vec![GroupDef { id: 1 }] };
     let mut layout = RegionLayout::new();
     layout.com("c", cfg).unwrap();
     let words = build(&layout);
@@ -413,8 +366,7 @@ fn com_group_never_mixed() {
             let mut dynamic = [0u8; 32];
             for counter in 1..=COMMITS {
                 for (m, &(id, len)) in members.iter().enumerate() {
-                    view.send_signal(id, &member_bytes(counter, m, len as usize))
-                        .unwrap();
+                    view.send_signal(id, &member_bytes(counter, m, len as usize)).unwrap();
                 }
                 view.send_signal_group(1).unwrap();
                 let dlen = 8 + (counter % 25) as usize;
@@ -449,11 +401,7 @@ fn com_group_never_mixed() {
                         for (m, &(id, len)) in members.iter().enumerate().skip(1) {
                             let (got, _) = rx.receive_signal(id, &mut out).unwrap();
                             assert_eq!(got, len as usize);
-                            assert_eq!(
-                                out[..got],
-                                member_bytes(counter, m, got)[..],
-                                "group value {counter} mixed"
-                            );
+                            assert_eq!(out[..got], member_bytes(counter, m, got)[..], "group value {counter} mixed");
                         }
                     }
                     Err(ComError::Busy) => {}

@@ -74,9 +74,7 @@ struct Common {
 #[derive(Subcommand)]
 enum Suite {
     /// Cache-line ping-pong between two CPUs: the floor under every shared-memory channel.
-    #[command(
-        after_help = "Examples:\n  rtcell bench c2c\n  rtcell bench c2c --cpus 0,1 --samples 1000000"
-    )]
+    #[command(after_help = "Examples:\n  rtcell bench c2c\n  rtcell bench c2c --cpus 0,1 --samples 1000000")]
     C2c {
         /// The two CPUs, e.g. 0,1 (default: the first and the last online CPU).
         #[arg(long, value_delimiter = ',')]
@@ -98,8 +96,9 @@ enum Suite {
         /// Round trips per size (default 1,000,000; --quick 100,000).
         #[arg(long)]
         iterations: Option<usize>,
-        /// Cell kinds to measure.
-        #[arg(long, value_delimiter = ',', default_value = "thread,process")]
+        /// Cell kinds to measure: thread, process, kvm, or auto (thread, process, and kvm when /dev/kvm is
+        /// usable).
+        #[arg(long, value_delimiter = ',', default_value = "auto")]
         cell: Vec<String>,
         /// How the idle side waits: poll (busy-poll shared memory) or futex (sleep until woken).
         #[arg(long, value_delimiter = ',', default_value = "poll")]
@@ -184,13 +183,29 @@ fn check(cpu: Option<usize>, json: bool) -> i32 {
     let cpu = cpu.unwrap_or(*online.last().unwrap_or(&0));
     let root = rtcell_host::root::HostRoot::system();
     let mut verdicts = rtcell_host::check::check_cell_cpu(&root, cpu);
+    let kvm = rtcell_kvm::kvm_status();
+    verdicts.push(rtcell_host::check::Verdict {
+        item: "kvm".into(),
+        level: match &kvm {
+            rtcell_kvm::KvmStatus::Usable { nested: false } => rtcell_host::check::Level::Ok,
+            _ => rtcell_host::check::Level::Warn,
+        },
+        detail: kvm.explain(),
+        fix: match &kvm {
+            rtcell_kvm::KvmStatus::Usable { nested: false } => None,
+            rtcell_kvm::KvmStatus::Usable { nested: true } => {
+                Some("for kvm-cell figures that hold on bare metal, run on a host with hardware virtualisation".into())
+            }
+            _ => Some(
+                "modprobe kvm_intel (or kvm_amd); check the BIOS virtualisation setting; chmod/chgrp /dev/kvm".into(),
+            ),
+        },
+    });
     for (name, pid) in rtcell_shm::mapping::SharedMemory::stale_named() {
         verdicts.push(rtcell_host::check::Verdict {
             item: "stale region".into(),
             level: rtcell_host::check::Level::Warn,
-            detail: format!(
-                "/dev/shm/rtcell.{name} was left by process {pid}, which is no longer running"
-            ),
+            detail: format!("/dev/shm/rtcell.{name} was left by process {pid}, which is no longer running"),
             fix: Some(format!("rm /dev/shm/rtcell.{name}")),
         });
     }
@@ -226,10 +241,7 @@ fn host_summary(f: &HostFacts) -> String {
             None => "bare metal".into(),
         },
         f.kvm,
-        f.tsc_khz.map_or("unavailable".into(), |k| format!(
-            "{:.3} GHz",
-            k as f64 / 1e6
-        )),
+        f.tsc_khz.map_or("unavailable".into(), |k| format!("{:.3} GHz", k as f64 / 1e6)),
     )
 }
 
@@ -241,26 +253,18 @@ fn default_out(suite: &str) -> PathBuf {
 
 fn bench(suite: Suite) -> Result<i32, Usage> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
+    // Things found while validating that change how to read the run.
+    let mut pre_warnings: Vec<String> = Vec::new();
     // Validate everything before anything starts.
     let (name, common, plan) = match suite {
-        Suite::C2c {
-            cpus,
-            samples,
-            common,
-        } => {
+        Suite::C2c { cpus, samples, common } => {
             let (a, b) = match cpus.as_deref() {
                 Some([a, b]) => {
                     let online = online();
-                    (
-                        check_cpu(*a, "first (--cpus)", &online)?,
-                        check_cpu(*b, "second (--cpus)", &online)?,
-                    )
+                    (check_cpu(*a, "first (--cpus)", &online)?, check_cpu(*b, "second (--cpus)", &online)?)
                 }
                 Some(other) => {
-                    return usage(format!(
-                        "--cpus takes exactly two CPUs, e.g. 0,1 (got {} values)",
-                        other.len()
-                    ));
+                    return usage(format!("--cpus takes exactly two CPUs, e.g. 0,1 (got {} values)", other.len()));
                 }
                 None => pick_cpus(None, None)?,
             };
@@ -281,17 +285,7 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
             };
             ("c2c", common, Plan::C2c(cfg))
         }
-        Suite::Loopback {
-            sizes,
-            iterations,
-            cell,
-            notify,
-            load,
-            cpu,
-            master_cpu,
-            no_baseline,
-            common,
-        } => {
+        Suite::Loopback { sizes, iterations, cell, notify, load, cpu, master_cpu, no_baseline, common } => {
             let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
             let sizes = sizes.unwrap_or_else(|| loopback::DEFAULT_SIZES.to_vec());
             if sizes.is_empty() {
@@ -309,15 +303,27 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
                 return usage("--iterations 0: give at least 1 round trip per size");
             }
             let mut cells = Vec::new();
+            let kvm = rtcell_kvm::kvm_status();
             for c in &cell {
-                if c == "kvm" {
-                    return usage(
-                        "--cell kvm: KVM micro-VM cells are not built yet; use thread or process",
-                    );
-                }
-                let k: CellKind = c.parse().map_err(|e| Usage(format!("--cell: {e}")))?;
-                if !cells.contains(&k) {
-                    cells.push(k);
+                let kinds: Vec<CellKind> = if c == "auto" {
+                    if !kvm.is_usable() {
+                        pre_warnings.push(format!("kvm cells skipped: {}", kvm.explain()));
+                    }
+                    let mut v = vec![CellKind::Thread, CellKind::Process];
+                    if kvm.is_usable() {
+                        v.push(CellKind::Kvm);
+                    }
+                    v
+                } else {
+                    vec![c.parse().map_err(|e| Usage(format!("--cell: {e}")))?]
+                };
+                for k in kinds {
+                    if k == CellKind::Kvm && !kvm.is_usable() {
+                        return usage(format!("--cell kvm: {}", kvm.explain()));
+                    }
+                    if !cells.contains(&k) {
+                        cells.push(k);
+                    }
                 }
             }
             let mut notifies = Vec::new();
@@ -382,6 +388,7 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
     results.host.steal_pct = steal.finish();
     results.finish(started);
     results.warnings.extend(host_warnings(&results.host));
+    results.warnings.extend(pre_warnings);
     results.warnings.extend(run.warnings.iter().cloned());
     results.incomplete = run.incomplete;
     results.suites.push(run.suite);
@@ -410,10 +417,7 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
         return Ok(EXIT_INTERRUPTED);
     }
     if run.errors > 0 {
-        eprintln!(
-            "FAILED: {} measurement errors (see the errors column)",
-            run.errors
-        );
+        eprintln!("FAILED: {} measurement errors (see the errors column)", run.errors);
         return Ok(1);
     }
     Ok(0)
@@ -434,16 +438,10 @@ fn host_warnings(h: &HostFacts) -> Vec<String> {
         ));
     }
     if h.preempt != "rt" {
-        w.push(format!(
-            "kernel preemption model is {:?}, not PREEMPT_RT",
-            h.preempt
-        ));
+        w.push(format!("kernel preemption model is {:?}, not PREEMPT_RT", h.preempt));
     }
     if h.isolated_cpus.is_empty() {
-        w.push(
-            "no CPU is isolated (isolcpus/nohz_full): the cell CPU also runs kernel housekeeping"
-                .into(),
-        );
+        w.push("no CPU is isolated (isolcpus/nohz_full): the cell CPU also runs kernel housekeeping".into());
     }
     w
 }
@@ -454,14 +452,10 @@ fn install_ctrlc() {
             // Second Ctrl-C: the user wants out now.
             std::process::exit(EXIT_INTERRUPTED);
         }
-        eprintln!(
-            "\nstopping: finishing the current step and writing what was measured (Ctrl-C again to abort)"
-        );
+        eprintln!("\nstopping: finishing the current step and writing what was measured (Ctrl-C again to abort)");
         rtcell_bench::request_stop();
     });
     if let Err(e) = r {
-        eprintln!(
-            "warning: Ctrl-C handler not installed ({e}); an interrupted run will not be saved"
-        );
+        eprintln!("warning: Ctrl-C handler not installed ({e}); an interrupted run will not be saved");
     }
 }

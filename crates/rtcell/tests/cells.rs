@@ -3,9 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rtcell_cells::{
-    Cell, CellKind, CellSpec, CellStatus, WorkloadSpec, control, set_cell_executable,
-};
+use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, WorkloadSpec, control, set_cell_executable};
 use rtcell_shm::mapping::SharedMemory;
 use rtcell_shm::{RecvError, RegionLayout, RegionView, RingConfig};
 
@@ -26,12 +24,8 @@ fn spec(name: &str, kind: CellKind) -> CellSpec {
         cpu: *rtcell_host::cpu::online_cpus().unwrap().last().unwrap(),
         priority: None,
         lock_memory: false,
-        workload: WorkloadSpec::Echo {
-            rx: "m2c".into(),
-            tx: "c2m".into(),
-            max_frame: 4096,
-            notify: false,
-        },
+        workload: WorkloadSpec::Echo { rx: "m2c".into(), tx: "c2m".into(), max_frame: 4096, notify: false },
+        vm: Default::default(),
     }
 }
 
@@ -45,9 +39,7 @@ fn echo_once(shm: &SharedMemory, msg: &[u8]) -> Vec<u8> {
     loop {
         match rx.try_recv(&mut buf) {
             Ok(n) => return buf[..n].to_vec(),
-            Err(RecvError::Empty) if t0.elapsed() < Duration::from_secs(10) => {
-                std::thread::yield_now()
-            }
+            Err(RecvError::Empty) if t0.elapsed() < Duration::from_secs(10) => std::thread::yield_now(),
             Err(e) => panic!("no echo: {e:?}"),
         }
     }
@@ -100,13 +92,7 @@ fn a_killed_process_cell_is_reported_with_its_signal_and_leaves_nothing() {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
-        assert_eq!(
-            status,
-            CellStatus::Killed {
-                signal: 9,
-                name: "SIGKILL".into()
-            }
-        );
+        assert_eq!(status, CellStatus::Killed { signal: 9, name: "SIGKILL".into() });
         assert!(status.to_string().contains("SIGKILL"));
         let report = cell.stop(Duration::from_secs(1));
         assert!(matches!(report.status, CellStatus::Killed { .. }));
@@ -130,10 +116,7 @@ fn a_panicking_workload_is_reported_as_faulted() {
     layout.init(shm.words(), std::process::id()).unwrap();
     let shm = Arc::new(shm);
     let mut cell = Cell::start(spec("lonely", CellKind::Thread), Arc::clone(&shm)).unwrap();
-    let err = cell
-        .wait_running(Duration::from_secs(10))
-        .unwrap_err()
-        .to_string();
+    let err = cell.wait_running(Duration::from_secs(10)).unwrap_err().to_string();
     assert!(err.contains("faulted") && err.contains("m2c"), "{err}");
 }
 
@@ -155,9 +138,7 @@ fn a_stale_named_region_is_detected_and_replaced() {
     assert_eq!(stale, Some(0x7fff_fff0));
     layout.init(shm.words(), std::process::id()).unwrap();
     // A live creator is not replaced.
-    let err = SharedMemory::create_named(&name, layout.size_bytes())
-        .err()
-        .unwrap();
+    let err = SharedMemory::create_named(&name, layout.size_bytes()).err().unwrap();
     assert!(err.to_string().contains("in use"), "{err}");
     drop(shm);
     assert!(!std::path::Path::new(&format!("/dev/shm/rtcell.{name}")).exists());

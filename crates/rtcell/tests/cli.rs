@@ -9,24 +9,13 @@ fn loopback_writes_schema_valid_results_with_one_series_per_size_and_cell() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let o = run(&[
-        "bench",
-        "loopback",
-        "--iterations",
-        "1000",
-        "--sizes",
-        "0,1,64,1024",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o =
+        run(&["bench", "loopback", "--iterations", "1000", "--sizes", "0,1,64,1024", "--out", out.to_str().unwrap()]);
     assert!(o.status.success(), "loopback failed: {}", text(&o));
     let doc = valid_results(&out);
     assert_eq!(doc["suites"][0]["suite"], "loopback");
     assert_eq!(doc["incomplete"], false);
-    let rtt: Vec<_> = series(&doc)
-        .into_iter()
-        .filter(|s| s["name"] == "loopback_rtt")
-        .collect();
+    let rtt: Vec<_> = series(&doc).into_iter().filter(|s| s["name"] == "loopback_rtt").collect();
     for transport in [("thread", "ring"), ("process", "ring"), ("thread", "pipe")] {
         for size in ["0", "1", "64", "1024"] {
             let s = rtt
@@ -79,23 +68,11 @@ fn loopback_with_futex_notify_and_memcpy_load() {
     ]);
     assert!(o.status.success(), "loopback failed: {}", text(&o));
     let doc = valid_results(&out);
-    let rtt: Vec<_> = series(&doc)
-        .into_iter()
-        .filter(|s| s["name"] == "loopback_rtt")
-        .collect();
+    let rtt: Vec<_> = series(&doc).into_iter().filter(|s| s["name"] == "loopback_rtt").collect();
     assert_eq!(rtt.len(), 4);
     assert!(rtt.iter().any(|s| s["labels"]["notify"] == "futex"));
-    assert!(
-        rtt.iter()
-            .all(|s| s["labels"]["load"] == "memcpy" && s["errors"] == 0)
-    );
-    assert!(
-        doc["suites"][0]["config"]["load_bytes_per_s"]
-            .as_f64()
-            .unwrap()
-            > 0.0,
-        "the load did not run"
-    );
+    assert!(rtt.iter().all(|s| s["labels"]["load"] == "memcpy" && s["errors"] == 0));
+    assert!(doc["suites"][0]["config"]["load_bytes_per_s"].as_f64().unwrap() > 0.0, "the load did not run");
 }
 
 #[test]
@@ -103,64 +80,30 @@ fn c2c_writes_schema_valid_results() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("c2c");
-    let o = run(&[
-        "bench",
-        "c2c",
-        "--samples",
-        "2000",
-        "--quick",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = run(&["bench", "c2c", "--samples", "2000", "--quick", "--out", out.to_str().unwrap()]);
     assert!(o.status.success(), "c2c failed: {}", text(&o));
     let doc = valid_results(&out);
     let s = series(&doc);
-    assert!(
-        s.iter()
-            .any(|s| s["name"] == "c2c_round_trip" && s["stats"]["count"] == 2000)
-    );
-    assert!(
-        s.iter()
-            .any(|s| s["name"] == "c2c_one_way" && s["kind"] == "one_way")
-    );
+    assert!(s.iter().any(|s| s["name"] == "c2c_round_trip" && s["stats"]["count"] == 2000));
+    assert!(s.iter().any(|s| s["name"] == "c2c_one_way" && s["kind"] == "one_way"));
 }
 
 fn refused(args: &[&str], needle: &str) {
     let o = run(args);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{args:?} should exit 2: {}",
-        text(&o)
-    );
+    assert_eq!(o.status.code(), Some(2), "{args:?} should exit 2: {}", text(&o));
     let t = text(&o);
-    assert!(
-        t.contains(needle),
-        "{args:?}: message should mention {needle:?}: {t}"
-    );
+    assert!(t.contains(needle), "{args:?}: message should mention {needle:?}: {t}");
 }
 
 #[test]
 fn bad_input_is_refused_with_exit_2_and_a_fix() {
-    refused(
-        &["bench", "loopback", "--sizes", "0,70000"],
-        "above the maximum frame",
-    );
+    refused(&["bench", "loopback", "--sizes", "0,70000"], "above the maximum frame");
     refused(&["bench", "loopback", "--cpu", "4096"], "does not exist");
-    refused(
-        &["bench", "loopback", "--cpu", "1", "--master-cpu", "1"],
-        "a CPU of its own",
-    );
+    refused(&["bench", "loopback", "--cpu", "1", "--master-cpu", "1"], "a CPU of its own");
     refused(&["bench", "loopback", "--iterations", "0"], "at least 1");
     refused(&["bench", "loopback", "--cell", "vm"], "unknown cell kind");
-    refused(
-        &["bench", "loopback", "--notify", "sleep"],
-        "unknown notify mode",
-    );
-    refused(
-        &["bench", "loopback", "--load", "hackbench"],
-        "unknown load",
-    );
+    refused(&["bench", "loopback", "--notify", "sleep"], "unknown notify mode");
+    refused(&["bench", "loopback", "--load", "hackbench"], "unknown load");
     refused(&["bench", "loopback", "--sizes", "abc"], "invalid");
     refused(&["bench", "c2c", "--cpus", "1,1"], "two different CPUs");
     refused(&["bench", "nosuch"], "unrecognized subcommand");
@@ -170,21 +113,8 @@ fn bad_input_is_refused_with_exit_2_and_a_fix() {
 fn existing_results_are_never_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("results.json"), "precious").unwrap();
-    refused(
-        &[
-            "bench",
-            "c2c",
-            "--samples",
-            "10",
-            "--out",
-            dir.path().to_str().unwrap(),
-        ],
-        "already holds",
-    );
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join("results.json")).unwrap(),
-        "precious"
-    );
+    refused(&["bench", "c2c", "--samples", "10", "--out", dir.path().to_str().unwrap()], "already holds");
+    assert_eq!(std::fs::read_to_string(dir.path().join("results.json")).unwrap(), "precious");
 }
 
 #[test]
@@ -193,17 +123,7 @@ fn ctrl_c_stops_cleanly_and_keeps_what_was_measured() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let child = rtcell()
-        .args([
-            "bench",
-            "loopback",
-            "--iterations",
-            "100000000",
-            "--sizes",
-            "0",
-            "--cell",
-            "thread",
-            "--out",
-        ])
+        .args(["bench", "loopback", "--iterations", "100000000", "--sizes", "0", "--cell", "thread", "--out"])
         .arg(&out)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -216,10 +136,7 @@ fn ctrl_c_stops_cleanly_and_keeps_what_was_measured() {
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     let doc = valid_results(&out);
     assert_eq!(doc["incomplete"], true);
-    let rtt: Vec<_> = series(&doc)
-        .into_iter()
-        .filter(|s| s["name"] == "loopback_rtt")
-        .collect();
+    let rtt: Vec<_> = series(&doc).into_iter().filter(|s| s["name"] == "loopback_rtt").collect();
     assert_eq!(rtt.len(), 1);
     assert!(rtt[0]["stats"]["count"].as_u64().unwrap() > 0);
     assert_eq!(rtt[0]["errors"], 0);
@@ -233,22 +150,14 @@ fn check_reports_verdicts_as_json() {
     let verdicts = doc["verdicts"].as_array().unwrap();
     assert!(verdicts.iter().any(|v| v["item"] == "rt throttling"));
     for v in verdicts {
-        assert!(
-            ["ok", "warn", "bad"].contains(&v["level"].as_str().unwrap()),
-            "{v}"
-        );
+        assert!(["ok", "warn", "bad"].contains(&v["level"].as_str().unwrap()), "{v}");
     }
     assert!(doc["host"]["cpus"].as_u64().unwrap() >= 1);
 }
 
 #[test]
 fn help_has_examples() {
-    for args in [
-        &["--help"][..],
-        &["bench", "loopback", "--help"],
-        &["bench", "c2c", "--help"],
-        &["check", "--help"],
-    ] {
+    for args in [&["--help"][..], &["bench", "loopback", "--help"], &["bench", "c2c", "--help"], &["check", "--help"]] {
         let o = run(args);
         assert!(o.status.success());
         assert!(text(&o).contains("Examples:"), "{args:?}");
@@ -297,10 +206,7 @@ fn a_process_cell_killed_mid_run_is_reported_and_the_measured_part_kept() {
         if let Some(&p) = children(child.id()).first() {
             break p;
         }
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(20),
-            "no cell process appeared"
-        );
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "no cell process appeared");
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     std::thread::sleep(std::time::Duration::from_millis(500));
@@ -313,18 +219,10 @@ fn a_process_cell_killed_mid_run_is_reported_and_the_measured_part_kept() {
     assert!(t.contains("echo-process"), "names the cell: {t}");
     let doc = valid_results(&out);
     assert_eq!(doc["incomplete"], true);
-    assert!(
-        doc["warnings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|w| w.as_str().unwrap().contains("SIGKILL"))
-    );
+    assert!(doc["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("SIGKILL")));
     // Nothing left behind: the cell process is gone.
     assert!(
         !std::path::Path::new(&format!("/proc/{cell_pid}/cmdline")).exists()
-            || std::fs::read_to_string(format!("/proc/{cell_pid}/cmdline"))
-                .unwrap_or_default()
-                .is_empty()
+            || std::fs::read_to_string(format!("/proc/{cell_pid}/cmdline")).unwrap_or_default().is_empty()
     );
 }

@@ -22,11 +22,7 @@ pub fn run(args: &[&str]) -> Output {
 }
 
 pub fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// Loads DIR/results.json and checks it against the schema; returns it.
@@ -35,21 +31,12 @@ pub fn valid_results(dir: &Path) -> serde_json::Value {
     let doc: serde_json::Value = serde_json::from_str(&raw).expect("results.json is JSON");
     let schema: serde_json::Value = serde_json::from_str(SCHEMA).expect("schema is JSON");
     let validator = jsonschema::validator_for(&schema).expect("schema compiles");
-    let errors: Vec<String> = validator
-        .iter_errors(&doc)
-        .map(|e| format!("{} at {}", e, e.instance_path))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "results.json violates the schema: {errors:#?}"
-    );
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| format!("{} at {}", e, e.instance_path)).collect();
+    assert!(errors.is_empty(), "results.json violates the schema: {errors:#?}");
     doc
 }
 
 /// The series of the first suite.
 pub fn series(doc: &serde_json::Value) -> Vec<serde_json::Value> {
-    doc["suites"][0]["series"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    doc["suites"][0]["series"].as_array().cloned().unwrap_or_default()
 }

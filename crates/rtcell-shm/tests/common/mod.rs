@@ -15,9 +15,7 @@ pub fn zeroed(n: usize) -> Vec<AtomicU64> {
 /// Memory for `layout`, initialised by it.
 pub fn build(layout: &RegionLayout) -> Vec<AtomicU64> {
     let words = zeroed(layout.size_bytes() / 8);
-    layout
-        .init(&words, 4242)
-        .expect("layout fits the memory made for it");
+    layout.init(&words, 4242).expect("layout fits the memory made for it");
     words
 }
 
@@ -30,12 +28,7 @@ pub fn ring_region(cfg: RingConfig) -> Vec<AtomicU64> {
 
 /// A ring configuration with the given data-area capacity and largest frame.
 pub fn cfg(capacity: u32, max_frame: u32, overflow: Overflow) -> RingConfig {
-    RingConfig {
-        capacity,
-        max_frame,
-        overflow,
-        notify: false,
-    }
+    RingConfig { capacity, max_frame, overflow, notify: false }
 }
 
 /// Bytes of a frame (header included) carrying `len` payload bytes.
@@ -46,8 +39,7 @@ pub fn frame_bytes(len: usize) -> u64 {
 /// Filler byte `i` of message `seq`: different for neighbouring messages and positions.
 #[inline]
 pub fn filler(seq: u64, i: usize) -> u8 {
-    let h =
-        seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    let h = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
     (h >> 29) as u8 ^ (h >> 7) as u8
 }
 
@@ -56,11 +48,7 @@ pub fn filler(seq: u64, i: usize) -> u8 {
 pub fn fill(seq: u64, buf: &mut [u8]) {
     let head = seq.to_le_bytes();
     for (i, b) in buf.iter_mut().enumerate() {
-        *b = if i < 8 {
-            head[i] ^ filler(seq, i)
-        } else {
-            filler(seq, i)
-        };
+        *b = if i < 8 { head[i] ^ filler(seq, i) } else { filler(seq, i) };
     }
 }
 
@@ -74,13 +62,7 @@ pub fn payload(seq: u64, len: usize) -> Vec<u8> {
 /// Whether `data` is exactly message `seq` of its length.
 pub fn is_payload(seq: u64, data: &[u8]) -> bool {
     let head = seq.to_le_bytes();
-    data.iter().enumerate().all(|(i, &b)| {
-        b == if i < 8 {
-            head[i] ^ filler(seq, i)
-        } else {
-            filler(seq, i)
-        }
-    })
+    data.iter().enumerate().all(|(i, &b)| b == if i < 8 { head[i] ^ filler(seq, i) } else { filler(seq, i) })
 }
 
 /// A message whose sequence number can be read back from it (at least 8 bytes).
@@ -94,11 +76,7 @@ pub fn tagged(seq: u64, buf: &mut [u8]) {
 /// The sequence number of a tagged message, if the whole message is consistent with it.
 pub fn read_tagged(data: &[u8]) -> Option<u64> {
     let seq = u64::from_le_bytes(data.get(..8)?.try_into().ok()?);
-    data.iter()
-        .enumerate()
-        .skip(8)
-        .all(|(i, &b)| b == filler(seq, i))
-        .then_some(seq)
+    data.iter().enumerate().skip(8).all(|(i, &b)| b == filler(seq, i)).then_some(seq)
 }
 
 /// SplitMix64: small, fast, deterministic.
@@ -128,12 +106,7 @@ impl Rng {
 /// A COM configuration exercising every shape: fixed and dynamic standalone signals, and two groups whose
 /// members do not end on word boundaries.
 pub fn com_config() -> ComConfig {
-    let sig = |id, max_len, dynamic, group| SignalDef {
-        id,
-        max_len,
-        dynamic,
-        group,
-    };
+    let sig = |id, max_len, dynamic, group| SignalDef { id, max_len, dynamic, group };
     ComConfig {
         signals: vec![
             sig(1, 4, false, None),

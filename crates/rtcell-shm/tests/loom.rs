@@ -1,0 +1,254 @@
+//! Model checking of the ring, signal and COM algorithms with loom: every interleaving of two threads
+//! (up to a preemption bound) together with the weak-memory outcomes loom simulates, on the very same
+//! code, since under `--cfg loom` the crate's atomics are loom's.
+//!
+//! Run with (a target directory of its own keeps the loom build apart from the normal one):
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p rtcell-shm --release --test loom
+//! ```
+//!
+//! `LOOM_MAX_PREEMPTIONS=n` overrides the preemption bound each model sets below.
+
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use loom::thread;
+use rtcell_shm::sync::AtomicU64;
+use rtcell_shm::{
+    ComConfig, ComView, Freshness, GroupDef, Overflow, RecvError, RegionLayout, RegionView, RingConfig, RingView,
+    SendError, SignalDef, SignalError, SignalView,
+};
+
+fn builder(preemptions: usize) -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        b.preemption_bound = Some(preemptions);
+    }
+    b
+}
+
+fn shared(n: usize) -> Arc<Vec<AtomicU64>> {
+    Arc::new((0..n).map(|_| AtomicU64::new(0)).collect())
+}
+
+/// Message `k` of `len` bytes: every byte is `k`, so a copy that mixes two messages (or a message with
+/// older bytes of the same place) shows.
+fn msg(k: u8, len: usize) -> Vec<u8> {
+    vec![k; len]
+}
+
+/// The smallest ring that validates for 16-byte frames: 2 * (16 + 16) + 16 rounds up to 128 bytes.
+fn small_ring(overflow: Overflow) -> RingConfig {
+    RingConfig { capacity: 128, max_frame: 16, overflow, notify: false }
+}
+
+/// A ring in fresh shared words whose positions have been brought to byte 112 (four frames sent and
+/// received), so that the next 32-byte frame needs a WRAP marker.
+fn ring_at_112(cfg: RingConfig) -> Arc<Vec<AtomicU64>> {
+    let words = shared(cfg.channel_bytes() / 8);
+    let ring = RingView::new(&words, cfg).unwrap();
+    ring.init();
+    let (mut p, mut c) = (ring.producer(), ring.consumer());
+    let mut buf = [0u8; 16];
+    for len in [16, 16, 16, 0] {
+        p.try_send(&msg(100, len)).unwrap();
+        assert_eq!(c.try_recv(&mut buf), Ok(len));
+    }
+    words
+}
+
+/// Reject: four messages of 16, 3, 0 and 16 bytes; the first goes behind a WRAP marker and the last finds
+/// the ring full until the consumer has taken the first. Every message arrives once, in order, whole.
+#[test]
+fn reject_ring_in_order_and_whole() {
+    const LENS: [usize; 4] = [16, 3, 0, 16];
+    let cfg = small_ring(Overflow::Reject);
+    // Preemption bound 2: covers every interleaving with up to two forced switches (plus all the ones the
+    // spin loops yield at); 3 takes minutes for no interleaving of a different kind.
+    builder(2).check(move || {
+        let words = ring_at_112(cfg);
+        let w = words.clone();
+        let producer = thread::spawn(move || {
+            let mut p = RingView::new(&w, cfg).unwrap().producer();
+            for (k, &len) in LENS.iter().enumerate() {
+                loop {
+                    match p.try_send(&msg(k as u8 + 1, len)) {
+                        Ok(()) => break,
+                        Err(SendError::Full) => thread::yield_now(),
+                        Err(e) => panic!("send {k}: {e:?}"),
+                    }
+                }
+            }
+        });
+        let ring = RingView::new(&words, cfg).unwrap();
+        let mut c = ring.consumer();
+        let mut buf = [0u8; 16];
+        let mut got = 0;
+        while got < LENS.len() {
+            match c.try_recv(&mut buf) {
+                Ok(len) => {
+                    assert_eq!(len, LENS[got], "message {}", got + 1);
+                    assert!(buf[..len].iter().all(|&b| b == got as u8 + 1), "message {} torn: {:?}", got + 1, buf);
+                    got += 1;
+                }
+                Err(RecvError::Empty) => thread::yield_now(),
+                Err(e) => panic!("receive {}: {e:?}", got + 1),
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(c.try_recv(&mut buf), Err(RecvError::Empty));
+        let k = ring.counters();
+        assert_eq!((k.sent, k.received, k.lost), (8, 8, 0));
+    });
+}
+
+/// OverwriteOldest: four messages (16, 16, 16 and 0 bytes) into a ring that holds three, the first behind
+/// a WRAP marker, while the consumer tries to receive a bounded number of times. The last message's
+/// sentinel lands on that marker, so the producer has to drop the first message with it. Whatever the
+/// consumer receives is whole and in order; after draining, every message was either received or counted
+/// as lost.
+#[test]
+fn overwrite_ring_never_torn_and_exact() {
+    const LENS: [usize; 4] = [16, 16, 16, 0];
+    let cfg = small_ring(Overflow::OverwriteOldest);
+    // Preemption bound 2, as above.
+    builder(2).check(move || {
+        let words = ring_at_112(cfg);
+        let w = words.clone();
+        let producer = thread::spawn(move || {
+            let mut p = RingView::new(&w, cfg).unwrap().producer();
+            for (k, &len) in LENS.iter().enumerate() {
+                p.try_send(&msg(k as u8 + 1, len)).unwrap();
+            }
+        });
+        let ring = RingView::new(&words, cfg).unwrap();
+        let mut c = ring.consumer();
+        let mut buf = [0u8; 16];
+        let mut last = 0u8;
+        let mut check = |res: Result<usize, RecvError>, buf: &[u8; 16]| match res {
+            Ok(len) => {
+                // The only empty message is the last one.
+                let k = if len == 0 { LENS.len() as u8 } else { buf[0] };
+                assert!(k >= 1 && k as usize <= LENS.len(), "message {k}");
+                assert_eq!(len, LENS[k as usize - 1]);
+                assert!(buf[..len].iter().all(|&b| b == k), "torn message: {buf:?}");
+                assert!(k > last, "message {k} after {last}");
+                last = k;
+                true
+            }
+            Err(RecvError::Empty) => false,
+            Err(e) => panic!("{e:?}"),
+        };
+        for _ in 0..3 {
+            let res = c.try_recv(&mut buf);
+            if !check(res, &buf) {
+                thread::yield_now();
+            }
+        }
+        producer.join().unwrap();
+        loop {
+            let res = c.try_recv(&mut buf);
+            if !check(res, &buf) {
+                break;
+            }
+        }
+        assert_eq!(last as usize, LENS.len(), "the newest message is never lost");
+        let k = ring.counters();
+        assert_eq!(k.sent, 4 + LENS.len() as u64);
+        assert_eq!(k.received + k.lost, k.sent, "{k:?}");
+    });
+}
+
+/// Signal seqlock: the writer publishes two values (16 bytes of 1s, then 24 bytes of 2s) while a reader
+/// reads twice. A read is never torn, and never goes back to an older value.
+///
+/// The reader is the spawned thread and the writer the main one, which runs first: loom's partial-order
+/// reduction then sees each of the reader's loads race with the writer's stores and explores the reader
+/// at every point of the writes. (The other way round, the writer's own load of the sequence word hides
+/// the reader's earlier loads from it, and it explores almost nothing.)
+#[test]
+fn signal_never_torn() {
+    // Preemption bound 3: the models are short, so more switches stay cheap.
+    builder(3).check(|| {
+        let words = shared(SignalView::words_needed(24));
+        let w = words.clone();
+        let reader = thread::spawn(move || {
+            let s = SignalView::new(&w, 24).unwrap();
+            let mut seen = 0;
+            let mut last = 0u8;
+            for _ in 0..2 {
+                let mut out = [0xffu8; 24];
+                match s.read(&mut out, &mut seen) {
+                    Ok((0, Freshness::NeverWritten)) => assert_eq!(last, 0),
+                    Ok((len, _)) => {
+                        let v = out[0];
+                        assert_eq!(len, if v == 1 { 16 } else { 24 }, "length of value {v}");
+                        assert!(out[..len].iter().all(|&b| b == v) && (v == 1 || v == 2), "torn: {out:?}");
+                        assert!(v >= last, "went back from {last} to {v}");
+                        last = v;
+                    }
+                    Err(SignalError::Busy) => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        });
+        let s = SignalView::new(&words, 24).unwrap();
+        s.write(&[1; 16]).unwrap();
+        s.write(&[2; 24]).unwrap();
+        reader.join().unwrap();
+        let (mut seen, mut out) = (0, [0u8; 24]);
+        assert_eq!(s.read(&mut out, &mut seen).map(|r| r.0), Ok(24));
+        assert_eq!(out, [2; 24]);
+    });
+}
+
+/// COM signal group: the sender sets two members and commits the group, twice; a receiver reading the
+/// group never sees members from different commits. (Receiver spawned, sender in the main thread, as for
+/// the signal.)
+#[test]
+fn com_group_commit_is_atomic() {
+    // Preemption bound 2: a commit copies the shadow, so there are many more steps than for a signal.
+    builder(2).check(|| {
+        let cfg = ComConfig {
+            signals: vec![
+                SignalDef { id: 1, max_len: 8, dynamic: false, group: Some(9) },
+                SignalDef { id: 2, max_len: 8, dynamic: false, group: Some(9) },
+            ],
+            groups: vec![GroupDef { id: 9 }],
+        };
+        let mut layout = RegionLayout::new();
+        layout.com("c", cfg).unwrap();
+        let words = shared(layout.size_bytes() / 8);
+        layout.init(&words, 1).unwrap();
+        let w = words.clone();
+        let receiver = thread::spawn(move || {
+            let c: ComView<'_> = RegionView::attach(&w).unwrap().com("c").unwrap();
+            let mut seen = 0;
+            let mut last = 0u8;
+            for _ in 0..2 {
+                let mut out = [0xffu8; 16];
+                match c.receive_signal_group(9, &mut out, &mut seen) {
+                    Ok(Freshness::NeverWritten) => assert_eq!(last, 0),
+                    Ok(_) => {
+                        let k = out[0];
+                        assert!(out.iter().all(|&b| b == k) && (k == 1 || k == 2), "mixed group value: {out:?}");
+                        assert!(k >= last);
+                        last = k;
+                    }
+                    Err(rtcell_shm::ComError::Busy) => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        });
+        let c = RegionView::attach(&words).unwrap().com("c").unwrap();
+        for k in 1..=2u8 {
+            c.send_signal(1, &[k; 8]).unwrap();
+            c.send_signal(2, &[k; 8]).unwrap();
+            c.send_signal_group(9).unwrap();
+        }
+        receiver.join().unwrap();
+        let (mut seen, mut out) = (0, [0u8; 16]);
+        assert_eq!(c.receive_signal_group(9, &mut out, &mut seen).map(|_| out), Ok([2; 16]));
+    });
+}

@@ -1,0 +1,251 @@
+//! kvm cells end to end: the built-in payloads booted by the monitor, through the cell interface.
+//! CI has /dev/kvm: there these tests must run. Elsewhere they skip, saying why.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, VmOptions, WorkloadSpec, control};
+use rtcell_shm::mapping::SharedMemory;
+use rtcell_shm::{RecvError, RegionLayout, RegionView, RingConfig};
+
+/// Whether to run: always in CI; elsewhere only where KVM works.
+fn kvm_or_skip() -> bool {
+    let status = rtcell_kvm::kvm_status();
+    if status.is_usable() {
+        return true;
+    }
+    assert!(std::env::var("CI").is_err(), "CI must have a usable /dev/kvm: {}", status.explain());
+    eprintln!("skipped: {}", status.explain());
+    false
+}
+
+fn cell_cpu() -> usize {
+    *rtcell_host::cpu::online_cpus().unwrap().last().unwrap()
+}
+
+fn region(cell: &str) -> Arc<SharedMemory> {
+    let mut layout = RegionLayout::new();
+    layout.page_aligned();
+    let ring = RingConfig::for_frames(4096, 4);
+    layout.ring("m2c", ring).unwrap().ring("c2m", ring).unwrap();
+    control::add_to_layout(&mut layout, cell).unwrap();
+    let shm = SharedMemory::create_anonymous("kvm-test", layout.size_bytes()).unwrap();
+    layout.init(shm.words(), std::process::id()).unwrap();
+    Arc::new(shm)
+}
+
+fn spec(name: &str, workload: WorkloadSpec, vm: VmOptions) -> CellSpec {
+    CellSpec {
+        name: name.into(),
+        kind: CellKind::Kvm,
+        cpu: cell_cpu(),
+        priority: None,
+        lock_memory: false,
+        workload,
+        vm,
+    }
+}
+
+fn echo_spec(name: &str) -> CellSpec {
+    spec(
+        name,
+        WorkloadSpec::Echo { rx: "m2c".into(), tx: "c2m".into(), max_frame: 4096, notify: false },
+        VmOptions::default(),
+    )
+}
+
+fn faults(name: &str, args: &str, vm: VmOptions) -> CellSpec {
+    spec(name, WorkloadSpec::Payload { payload: "faults".into(), args: args.into(), guest_writes: vec![] }, vm)
+}
+
+/// Waits for the cell to finish on its own; returns its status.
+fn finish(cell: &mut Cell, limit: Duration) -> CellStatus {
+    let t0 = Instant::now();
+    loop {
+        let s = cell.status();
+        if s.is_finished() || t0.elapsed() > limit {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn round_trip(r: &RegionView<'_>, msg: &[u8]) -> Result<Vec<u8>, RecvError> {
+    let mut tx = r.ring("m2c").unwrap().producer();
+    let mut rx = r.ring("c2m").unwrap().consumer();
+    tx.try_send(msg).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let t0 = Instant::now();
+    loop {
+        match rx.try_recv(&mut buf) {
+            Ok(n) => return Ok(buf[..n].to_vec()),
+            Err(RecvError::Empty) if t0.elapsed() < Duration::from_secs(10) => std::hint::spin_loop(),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[test]
+fn echo_payload_boots_and_echoes_every_size_then_stops() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let shm = region("vm");
+    let mut cell = Cell::start(echo_spec("vm"), Arc::clone(&shm)).unwrap();
+    let started = cell.wait_running(Duration::from_secs(10)).unwrap();
+    assert!(started < Duration::from_secs(10));
+    let r = RegionView::attach(shm.words()).unwrap();
+    for size in [0usize, 1, 7, 8, 15, 16, 63, 64, 100, 128, 255, 256, 512, 1000, 1024, 2048, 4000, 4096] {
+        let msg: Vec<u8> = (0..size).map(|i| (i * 31 + size) as u8).collect();
+        assert_eq!(round_trip(&r, &msg).unwrap(), msg, "{size} bytes");
+    }
+    let exits = cell.vm_exits().expect("exit statistics");
+    assert!(exits.contains_key("exits"), "{exits:?}");
+    let report = cell.stop(Duration::from_secs(5));
+    assert_eq!(report.status, CellStatus::Stopped);
+    assert_eq!(report.handled, 18);
+}
+
+fn expect_fault(args: &str, vm: VmOptions, needles: &[&str]) {
+    let name = "f";
+    let shm = region(name);
+    let mut cell = Cell::start(faults(name, args, vm), Arc::clone(&shm)).unwrap();
+    let s = finish(&mut cell, Duration::from_secs(20));
+    let text = s.to_string();
+    for n in needles {
+        assert!(text.contains(n), "{args}: expected {n:?} in {text:?}");
+    }
+    assert!(matches!(s, CellStatus::Faulted(_)), "{args}: {s:?}");
+    drop(cell);
+}
+
+#[test]
+fn each_fault_gets_its_own_report() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    expect_fault("mode=ud", VmOptions::default(), &["invalid opcode", "RIP 0x"]);
+    expect_fault("mode=ud", VmOptions { exception_handlers: false, ..VmOptions::default() }, &["triple fault"]);
+    expect_fault("mode=oob", VmOptions::default(), &["outside its memory", "0x30000000"]);
+    expect_fault("mode=ro", VmOptions::default(), &["page fault", "write of address 0x1", "protection violation"]);
+    expect_fault("mode=panic", VmOptions::default(), &["panicked", "deliberate panic 42"]);
+    expect_fault(
+        "mode=spin",
+        VmOptions { watchdog_ms: Some(200), ..VmOptions::default() },
+        &["watchdog", "no heartbeat"],
+    );
+    // Garbage into a channel the guest may only read: stopped by the read-only mapping.
+    expect_fault("mode=garbage\nring=m2c", VmOptions::default(), &["read-only channel", "m2c"]);
+}
+
+#[test]
+fn garbage_written_into_a_writable_ring_is_reported_as_corrupt_by_the_host_side() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let shm = region("g");
+    let spec = spec(
+        "g",
+        WorkloadSpec::Payload {
+            payload: "faults".into(),
+            args: "mode=garbage\nring=c2m".into(),
+            guest_writes: vec!["c2m".into()],
+        },
+        VmOptions::default(),
+    );
+    let mut cell = Cell::start(spec, Arc::clone(&shm)).unwrap();
+    let s = finish(&mut cell, Duration::from_secs(20));
+    assert!(matches!(s, CellStatus::Done(_) | CellStatus::Stopped), "{s:?}");
+    let r = RegionView::attach(shm.words()).expect("the header was read-only to the guest");
+    let mut rx = r.ring("c2m").unwrap().consumer();
+    let mut buf = vec![0u8; 4096];
+    assert!(matches!(rx.try_recv(&mut buf), Err(RecvError::Corrupt(_))));
+}
+
+fn threads() -> usize {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap()
+}
+
+fn fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[test]
+fn a_hundred_start_stop_cycles_leak_nothing() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    // Warm up once-only state (signal handler, TSC calibration) outside the count.
+    let shm = region("cyc");
+    Cell::start(echo_spec("cyc"), Arc::clone(&shm)).unwrap().stop(Duration::from_secs(5));
+    let (f0, t0) = (fds(), threads());
+    for i in 0..100 {
+        let mut cell = Cell::start(echo_spec("cyc"), Arc::clone(&shm)).unwrap();
+        cell.wait_running(Duration::from_secs(10)).unwrap_or_else(|e| panic!("cycle {i}: {e}"));
+        let report = cell.stop(Duration::from_secs(5));
+        assert_eq!(report.status, CellStatus::Stopped, "cycle {i}");
+        // The next cycle starts from a fresh control block.
+        let mut layout = RegionLayout::new();
+        layout.page_aligned();
+        let ring = RingConfig::for_frames(4096, 4);
+        layout.ring("m2c", ring).unwrap().ring("c2m", ring).unwrap();
+        control::add_to_layout(&mut layout, "cyc").unwrap();
+        layout.init(shm.words(), std::process::id()).unwrap();
+    }
+    assert_eq!(fds(), f0, "file descriptors leaked");
+    assert_eq!(threads(), t0, "threads leaked");
+}
+
+#[test]
+fn unknown_payloads_are_refused_before_anything_starts() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let shm = region("n");
+    let spec = spec(
+        "n",
+        WorkloadSpec::Payload { payload: "nosuch".into(), args: String::new(), guest_writes: vec![] },
+        VmOptions::default(),
+    );
+    let err = Cell::start(spec, shm).err().unwrap().to_string();
+    assert!(err.contains("no payload named \"nosuch\"") && err.contains("echo"), "{err}");
+}
+
+#[test]
+fn without_kvm_the_other_cell_kinds_still_work() {
+    let _serial = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let o = common::rtcell()
+        .env(rtcell_kvm::vm::KVM_DEVICE_ENV, "/nonexistent/kvm")
+        .args(["bench", "loopback", "--iterations", "200", "--sizes", "0,64", "--no-baseline", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", common::text(&o));
+    let doc = common::valid_results(&out);
+    let warnings = doc["warnings"].to_string();
+    assert!(warnings.contains("kvm cells skipped") && warnings.contains("does not exist"), "{warnings}");
+    let cells: Vec<String> = common::series(&doc)
+        .iter()
+        .filter(|s| s["name"] == "loopback_rtt")
+        .map(|s| s["labels"]["cell"].as_str().unwrap().to_string())
+        .collect();
+    assert!(cells.contains(&"thread".to_string()) && cells.contains(&"process".to_string()));
+    // Asking for kvm explicitly is refused with the reason.
+    let o = common::rtcell()
+        .env(rtcell_kvm::vm::KVM_DEVICE_ENV, "/nonexistent/kvm")
+        .args(["bench", "loopback", "--cell", "kvm"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(common::text(&o).contains("does not exist"), "{}", common::text(&o));
+}
