@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, exit};
 
 /// The payload binaries `guest/` builds (keep in step with `NAMES` in `src/payloads.rs`).
-const PAYLOADS: &[&str] = &["echo", "spin", "faults"];
+const PAYLOADS: &[&str] = &["echo", "control", "spin", "faults"];
 
 /// Inherited variables that would change how the nested build compiles or where it writes.
 const REMOVED_VARS: &[&str] = &[
@@ -78,6 +78,8 @@ fn main() {
         "crates/rtcell-guest/src",
         "crates/rtcell-shm/Cargo.toml",
         "crates/rtcell-shm/src",
+        "crates/rtcell-control/Cargo.toml",
+        "crates/rtcell-control/src",
     ] {
         println!("cargo:rerun-if-changed={}", repo.join(p).display());
     }

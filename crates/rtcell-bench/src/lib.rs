@@ -2,9 +2,11 @@
 //! `Suite` plus a human report. Timing uses the TSC on the measured path; statistics are computed after.
 
 pub mod c2c;
+pub mod control;
 pub mod loads;
 pub mod loopback;
 pub mod pipe;
+pub mod rig;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

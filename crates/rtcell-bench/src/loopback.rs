@@ -3,22 +3,20 @@
 //! byte and times the round trip with the TSC. The same exchange over a pair of pipes is the Linux
 //! baseline, and a cache-line ping-pong between the same CPUs is the floor.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{RngCore, SeedableRng};
-use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, VmOptions, WorkloadSpec, control};
+use rtcell_cells::{Cell, CellKind, WorkloadSpec};
 use rtcell_host::sched::{RtRequest, apply_rt};
 use rtcell_host::tsc::{TscClock, rdtsc_ordered};
 use rtcell_report::table::{Table, fmt_us};
 use rtcell_report::{Kind, Series, Stats, Suite, Unit, labels};
-use rtcell_shm::mapping::SharedMemory;
-use rtcell_shm::{RecvError, RegionLayout, RegionView, RingConfig, SendError};
+use rtcell_shm::{RegionView, RingConfig, SendError};
 
 use crate::c2c::{self, C2cConfig};
 use crate::loads::{Load, RunningLoad};
 use crate::pipe::PipeEcho;
-use crate::{BenchError, SuiteRun, release_thread, series_us, stop_requested};
+use crate::{BenchError, SuiteRun, release_thread, rig, series_us, stop_requested};
 
 /// Largest payload the loopback rings carry.
 pub const MAX_PAYLOAD: usize = 65536;
@@ -26,8 +24,6 @@ pub const MAX_PAYLOAD: usize = 65536;
 pub const DEFAULT_SIZES: [usize; 10] = [0, 1, 8, 16, 32, 64, 128, 256, 512, 1024];
 /// Round trips before measuring, per size (caches, branch predictors, page faults).
 const WARMUP: usize = 1000;
-/// A cell that has not answered for this long is checked for death; twice as long is an error.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How the idle side waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,12 +117,12 @@ fn measure_cell_size(
     tsc: &TscClock,
 ) -> Result<(SizeRun, bool), BenchError> {
     let ring_err = |e: rtcell_shm::AttachError| BenchError::Other(format!("loopback region: {e}"));
-    let mut tx = region.ring("m2c").map_err(ring_err)?.producer();
-    let mut rx = region.ring("c2m").map_err(ring_err)?.consumer();
+    let mut tx = region.ring(rig::M2C).map_err(ring_err)?.producer();
+    let mut rx = region.ring(rig::C2M).map_err(ring_err)?.consumer();
     let mut reply = vec![0u8; MAX_PAYLOAD];
     let mut ticks = Vec::with_capacity(cfg.iterations);
     let mut errors = 0u64;
-    let timeout_ticks = tsc.ns_to_ticks(ANSWER_TIMEOUT.as_nanos() as f64);
+    let timeout_ticks = tsc.ns_to_ticks(rig::ANSWER_TIMEOUT.as_nanos() as f64);
     let mut incomplete = false;
     let run_start = rdtsc_ordered();
     let mut exits_before = None;
@@ -147,46 +143,10 @@ fn measure_cell_size(
                 Err(e) => return Err(BenchError::Other(format!("send to the cell: {e:?}"))),
             }
         }
-        let mut spins = 0u32;
-        let n = loop {
-            match rx.try_recv(&mut reply) {
-                Ok(n) => break n,
-                Err(RecvError::Empty) => {
-                    spins = spins.wrapping_add(1);
-                    if notify == Notify::Futex {
-                        rx.wait_for_message(1_000_000);
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                    if spins % 65536 == 0 || notify == Notify::Futex {
-                        let waited = rdtsc_ordered().wrapping_sub(t0);
-                        if waited > timeout_ticks {
-                            let st = cell.status();
-                            if st.is_finished() {
-                                return Err(BenchError::Other(format!(
-                                    "cell {:?} ({}, CPU {}) {st} during the {size}-byte round trips",
-                                    cell.name(),
-                                    cell.kind(),
-                                    cell.cpu()
-                                )));
-                            }
-                            if waited > 2 * timeout_ticks {
-                                return Err(BenchError::Other(format!(
-                                    "cell {:?} ({}, CPU {}) is {st} but did not answer within {:?}",
-                                    cell.name(),
-                                    cell.kind(),
-                                    cell.cpu(),
-                                    2 * ANSWER_TIMEOUT
-                                )));
-                            }
-                            if stop_requested() {
-                                return Ok((SizeRun { size, ticks, errors, elapsed_ticks: 0, exits: None }, true));
-                            }
-                        }
-                    }
-                }
-                Err(e) => return Err(BenchError::Other(format!("receive from the cell: {e:?}"))),
-            }
+        let what = || format!("the {size}-byte round trips");
+        let futex = notify == Notify::Futex;
+        let Some(n) = rig::await_reply(&mut rx, &mut reply, cell, t0, timeout_ticks, futex, what)? else {
+            return Ok((SizeRun { size, ticks, errors, elapsed_ticks: 0, exits: None }, true));
         };
         let t1 = rdtsc_ordered();
         if n != size || reply[..n] != *payload {
@@ -215,34 +175,20 @@ fn run_cell(
     let max_size = cfg.sizes.iter().copied().max().unwrap_or(0).max(4096);
     let mut ring = RingConfig::for_frames(max_size as u32, 4);
     ring.notify = notify == Notify::Futex;
-    let mut layout = RegionLayout::new();
-    if kind == CellKind::Kvm {
-        // Channels on pages of their own, so the VM gets read-only what it must not write (the header).
-        layout.page_aligned();
-    }
-    let lerr = |e: rtcell_shm::LayoutError| BenchError::Other(format!("loopback region layout: {e}"));
-    layout.ring("m2c", ring).map_err(lerr)?.ring("c2m", ring).map_err(lerr)?;
-    let cell_name = format!("echo-{kind}");
-    control::add_to_layout(&mut layout, &cell_name).map_err(lerr)?;
-    let shm = SharedMemory::create_anonymous("rtcell-loopback", layout.size_bytes())
-        .map_err(|e| BenchError::Other(format!("cannot create the shared region: {e}")))?;
-    layout.init(shm.words(), std::process::id()).map_err(lerr)?;
-    let shm = Arc::new(shm);
-
-    let spec = CellSpec {
-        name: cell_name,
+    let workload =
+        WorkloadSpec::Echo { rx: rig::M2C.into(), tx: rig::C2M.into(), max_frame: max_size, notify: ring.notify };
+    let rig::RingCell { shm, mut cell, start_time } = rig::start(
+        "loopback",
         kind,
-        cpu: cfg.cell_cpu,
-        priority: cfg.cell_priority,
-        lock_memory: true,
-        workload: WorkloadSpec::Echo { rx: "m2c".into(), tx: "c2m".into(), max_frame: max_size, notify: ring.notify },
-        vm: VmOptions::default(),
-    };
-    rtcell_cells::set_tsc_khz(tsc.khz());
-    let mut cell = Cell::start(spec, Arc::clone(&shm))?;
-    let start_time = cell.wait_running(Duration::from_secs(10))?;
-    warnings.extend(cell.warnings().iter().cloned());
-    let region = RegionView::attach(shm.words()).map_err(|e| BenchError::Other(format!("region: {e}")))?;
+        &format!("echo-{kind}"),
+        ring,
+        workload,
+        cfg.cell_cpu,
+        cfg.cell_priority,
+        tsc,
+        warnings,
+    )?;
+    let region = rig::region(&shm)?;
 
     let mut sizes = Vec::new();
     let mut incomplete = false;
@@ -264,16 +210,62 @@ fn run_cell(
             }
         }
     }
-    let report = cell.stop(Duration::from_secs(2));
-    if !matches!(report.status, CellStatus::Stopped) {
-        warnings.push(format!("cell {:?} ({kind}) ended {} instead of stopping cleanly", report.name, report.status));
-    }
+    rig::stop(cell, warnings);
     let cell_name = kind.as_str().to_string();
     Ok((
         TransportRun { cell: cell_name, transport: "ring", notify: Some(notify), sizes, start_time: Some(start_time) },
         incomplete,
         broke_off,
     ))
+}
+
+/// Round trips of one payload size through one cell, as [`cell_round_trips`] measures them.
+pub struct CellRoundTrips {
+    /// Each measured round trip, TSC ticks.
+    pub ticks: Vec<u64>,
+    /// Round trips whose echo differed from what was sent.
+    pub errors: u64,
+    /// Stopped early (Ctrl-C).
+    pub incomplete: bool,
+}
+
+/// Round trips of `size`-byte payloads through a fresh `kind` cell on `cell_cpu` that busy-polls its
+/// ring, measured by this suite's own loop (same rings, same warm-up, every byte checked), from the
+/// calling thread: for suites that set their exchange beside the loopback round trip of the same size in
+/// the same run.
+#[allow(clippy::too_many_arguments)]
+pub fn cell_round_trips(
+    tsc: &TscClock,
+    kind: CellKind,
+    master_cpu: usize,
+    cell_cpu: usize,
+    cell_priority: Option<i32>,
+    size: usize,
+    iterations: usize,
+    warnings: &mut Vec<String>,
+) -> Result<CellRoundTrips, BenchError> {
+    let seed = 0x5eed_0000_0000_0001;
+    let cfg = LoopbackConfig {
+        master_cpu,
+        cell_cpu,
+        sizes: vec![size],
+        iterations,
+        cells: vec![kind],
+        notify: vec![Notify::Poll],
+        load: Load::None,
+        pipe_baseline: false,
+        c2c_floor: false,
+        master_priority: None,
+        cell_priority,
+        seed,
+    };
+    let pool = payload_pool(seed);
+    let (run, incomplete, broke_off) = run_cell(&cfg, kind, Notify::Poll, &pool, tsc, warnings)?;
+    if let Some(e) = broke_off {
+        return Err(e);
+    }
+    let (ticks, errors) = run.sizes.into_iter().next().map_or((Vec::new(), 0), |s| (s.ticks, s.errors));
+    Ok(CellRoundTrips { ticks, errors, incomplete })
 }
 
 fn run_pipe(cfg: &LoopbackConfig, pool: &[u8], warnings: &mut Vec<String>) -> Result<(TransportRun, bool), BenchError> {
@@ -520,6 +512,12 @@ fn build(
             text.push_str("VM exits of the kvm cell's vCPU during the measured round trips (goal: 0):\n");
             text.push_str(&exit_lines.join("\n"));
             text.push('\n');
+            if r.sizes.iter().any(|s| s.exits.as_ref().is_some_and(|e| e.get("irq_exits").is_some_and(|&v| v > 0))) {
+                text.push_str(
+                    "  irq_exits are host interrupts (the timer tick) taken while the guest ran: the payload made no exit; \
+                     isolcpus + nohz_full on the cell CPU removes them\n",
+                );
+            }
             for s in &r.sizes {
                 if let Some(e) = &s.exits {
                     let mut ser = Series::from_samples(

@@ -28,6 +28,14 @@
 //!
 //! The f32 step is the same with f32 everywhere (inputs rounded to f32 by the caller).
 //!
+//! The f64 and f32 controllers compute the same sums with the loops rearranged for speed: the output's
+//! sum first, then the state update in blocks of rows, each block's accumulators held in registers while
+//! `j` runs over the columns of a column-major copy of `A` (made once in `new`, padded with zero rows to
+//! whole blocks). Each accumulator still starts at `+0.0` and receives exactly the terms above in exactly
+//! that order, so every result is the same bit for bit; but the `BLOCK` rows of a block are independent,
+//! so the compiler computes them with packed SSE2 instructions (2 rows per instruction in f64, 4 in f32)
+//! and no accumulator goes through memory. A port may use either form.
+//!
 //! The Q31 step is the same on integers, with the state and input sums of each row kept in two
 //! accumulators because each matrix has its own shift (see [`ModelQ31`]):
 //!
@@ -52,6 +60,11 @@
 
 use crate::model::{INPUTS, MAX_N, Model32, Model64, ModelQ31, from_q31, to_q31};
 
+/// Rows per block of the f64 and f32 state update (accumulators kept in registers).
+const BLOCK: usize = 16;
+/// Blocks covering `MAX_N` rows.
+const BLOCKS: usize = MAX_N.div_ceil(BLOCK);
+
 /// A controller that can be stepped with real-valued signals, whatever its arithmetic.
 pub trait Step {
     /// One sampling period: inputs `r` (reference position, rad) and `y` (measured position, rad),
@@ -65,6 +78,8 @@ pub trait Step {
 #[derive(Clone, Debug)]
 pub struct Controller64 {
     model: Model64,
+    /// `A` column-major in blocks of rows: `at[j][i / BLOCK][i % BLOCK] = a[i][j]`, zero past `MAX_N`.
+    at: [[[f64; BLOCK]; BLOCKS]; MAX_N],
     x: [f64; MAX_N],
     xn: [f64; MAX_N],
 }
@@ -77,7 +92,7 @@ impl Controller64 {
         if model.n > MAX_N {
             model.n = MAX_N;
         }
-        Controller64 { model, x: [0.0; MAX_N], xn: [0.0; MAX_N] }
+        Controller64 { model, at: transpose64(&model.a), x: [0.0; MAX_N], xn: [0.0; MAX_N] }
     }
 
     /// The model.
@@ -102,25 +117,63 @@ impl Controller64 {
     pub fn step(&mut self, r: f64, y: f64) -> f64 {
         let m = &self.model;
         let n = m.n.min(MAX_N);
+        let x = &self.x;
         let mut u = 0.0f64;
         for j in 0..n {
-            u += m.c[j] * self.x[j];
+            u += m.c[j] * x[j];
         }
         u += m.d[0] * r;
         u += m.d[1] * y;
-        for i in 0..n {
-            let row = &m.a[i];
-            let mut acc = 0.0f64;
+        for blk in 0..n.div_ceil(BLOCK) {
+            let mut acc = [0.0f64; BLOCK];
             for j in 0..n {
-                acc += row[j] * self.x[j];
+                let (col, xj) = (&self.at[j][blk], x[j]);
+                for k in 0..BLOCK {
+                    acc[k] += col[k] * xj;
+                }
             }
-            acc += m.b[i][0] * r;
-            acc += m.b[i][1] * y;
-            self.xn[i] = acc;
+            let i0 = blk * BLOCK;
+            for (k, xn) in self.xn[i0..n.min(i0 + BLOCK)].iter_mut().enumerate() {
+                let b = &m.b[i0 + k];
+                let mut v = acc[k];
+                v += b[0] * r;
+                v += b[1] * y;
+                *xn = v;
+            }
         }
         self.x[..n].copy_from_slice(&self.xn[..n]);
         u
     }
+}
+
+/// `A` column-major in blocks of rows (see [`Controller64`]'s `at`).
+const fn transpose64(a: &[[f64; MAX_N]; MAX_N]) -> [[[f64; BLOCK]; BLOCKS]; MAX_N] {
+    let mut t = [[[0.0; BLOCK]; BLOCKS]; MAX_N];
+    let mut i = 0;
+    while i < MAX_N {
+        let mut j = 0;
+        while j < MAX_N {
+            t[j][i / BLOCK][i % BLOCK] = a[i][j];
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+/// `A` column-major in blocks of rows (see [`Controller32`]'s `at`).
+const fn transpose32(a: &[[f32; MAX_N]; MAX_N]) -> [[[f32; BLOCK]; BLOCKS]; MAX_N] {
+    let mut t = [[[0.0; BLOCK]; BLOCKS]; MAX_N];
+    let mut i = 0;
+    while i < MAX_N {
+        let mut j = 0;
+        while j < MAX_N {
+            t[j][i / BLOCK][i % BLOCK] = a[i][j];
+            j += 1;
+        }
+        i += 1;
+    }
+    t
 }
 
 impl Step for Controller64 {
@@ -136,6 +189,8 @@ impl Step for Controller64 {
 #[derive(Clone, Debug)]
 pub struct Controller32 {
     model: Model32,
+    /// `A` column-major in blocks of rows: `at[j][i / BLOCK][i % BLOCK] = a[i][j]`, zero past `MAX_N`.
+    at: [[[f32; BLOCK]; BLOCKS]; MAX_N],
     x: [f32; MAX_N],
     xn: [f32; MAX_N],
 }
@@ -147,7 +202,7 @@ impl Controller32 {
         if model.n > MAX_N {
             model.n = MAX_N;
         }
-        Controller32 { model, x: [0.0; MAX_N], xn: [0.0; MAX_N] }
+        Controller32 { model, at: transpose32(&model.a), x: [0.0; MAX_N], xn: [0.0; MAX_N] }
     }
 
     /// A controller with zero state from the f64 model.
@@ -172,21 +227,29 @@ impl Controller32 {
     pub fn step(&mut self, r: f32, y: f32) -> f32 {
         let m = &self.model;
         let n = m.n.min(MAX_N);
+        let x = &self.x;
         let mut u = 0.0f32;
         for j in 0..n {
-            u += m.c[j] * self.x[j];
+            u += m.c[j] * x[j];
         }
         u += m.d[0] * r;
         u += m.d[1] * y;
-        for i in 0..n {
-            let row = &m.a[i];
-            let mut acc = 0.0f32;
+        for blk in 0..n.div_ceil(BLOCK) {
+            let mut acc = [0.0f32; BLOCK];
             for j in 0..n {
-                acc += row[j] * self.x[j];
+                let (col, xj) = (&self.at[j][blk], x[j]);
+                for k in 0..BLOCK {
+                    acc[k] += col[k] * xj;
+                }
             }
-            acc += m.b[i][0] * r;
-            acc += m.b[i][1] * y;
-            self.xn[i] = acc;
+            let i0 = blk * BLOCK;
+            for (k, xn) in self.xn[i0..n.min(i0 + BLOCK)].iter_mut().enumerate() {
+                let b = &m.b[i0 + k];
+                let mut v = acc[k];
+                v += b[0] * r;
+                v += b[1] * y;
+                *xn = v;
+            }
         }
         self.x[..n].copy_from_slice(&self.xn[..n]);
         u

@@ -23,6 +23,9 @@
 //! A benchmark pass replays the 2,000 `(r, y)` pairs from the zero state, so it calls
 //! [`Step::reset`] (or the controller's own reset) before each pass over the data.
 //!
+//! [`offload`] is the exchange between the master and a cell that steps the controller for it (the
+//! message layout and the cell's side, shared by every cell kind), as `rtcell bench control` runs it.
+//!
 //! # The controller
 //!
 //! Input `w = [r, y]` (rad), output `u` (V): the feedback part of the motor voltage (the master adds the
@@ -116,6 +119,7 @@
 
 pub mod controller;
 pub mod model;
+pub mod offload;
 pub mod rng;
 pub mod tables;
 

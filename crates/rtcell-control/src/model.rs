@@ -127,21 +127,30 @@ pub struct Model32 {
 }
 
 impl Model32 {
-    /// Rounds every coefficient of `m` to f32 (round to nearest even, as `as f32` does).
-    pub fn from_f64(m: &Model64) -> Self {
+    /// Rounds every coefficient of `m` to f32 (round to nearest even, as `as f32` does). A `const fn`, so
+    /// a payload can hold the f32 model in a static built at compile time.
+    pub const fn from_f64(m: &Model64) -> Self {
         let mut out =
             Model32 { n: m.n, a: [[0.0; MAX_N]; MAX_N], b: [[0.0; INPUTS]; MAX_N], c: [0.0; MAX_N], d: [0.0; INPUTS] };
-        for i in 0..MAX_N {
-            for j in 0..MAX_N {
+        let mut i = 0;
+        while i < MAX_N {
+            let mut j = 0;
+            while j < MAX_N {
                 out.a[i][j] = m.a[i][j] as f32;
+                j += 1;
             }
-            for k in 0..INPUTS {
+            let mut k = 0;
+            while k < INPUTS {
                 out.b[i][k] = m.b[i][k] as f32;
+                k += 1;
             }
             out.c[i] = m.c[i] as f32;
+            i += 1;
         }
-        for k in 0..INPUTS {
+        let mut k = 0;
+        while k < INPUTS {
             out.d[k] = m.d[k] as f32;
+            k += 1;
         }
         out
     }

@@ -27,6 +27,14 @@ use crate::{INPUT_FS, OUTPUT_FS};
 pub const REFERENCE_SAMPLES: usize = 2000;
 /// Seed of the shipped reference data.
 pub const DEFAULT_SEED: u64 = 0;
+/// The shipped reference data file, `data/reference.csv` ([`generate`]`(DEFAULT_SEED)`, written by
+/// [`ReferenceData::write_csv`]).
+pub const SHIPPED_CSV: &str = include_str!("../data/reference.csv");
+
+/// The shipped reference data, parsed.
+pub fn shipped() -> Result<ReferenceData, CsvError> {
+    ReferenceData::read_csv(SHIPPED_CSV.as_bytes())
+}
 /// Length of the simulation the Q31 state scaling is taken from (2 s: 20 machine cycles).
 pub const SCALING_STEPS: usize = 20_000;
 /// Headroom of the Q31 state full scales over the largest value seen (at least this factor).

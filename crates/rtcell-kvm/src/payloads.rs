@@ -1,11 +1,12 @@
 //! The built-in payloads, built from `guest/` by this crate's build script and embedded in the monitor:
 //!
 //! - `echo`: the loopback responder (the guest twin of the host `echo` workload).
+//! - `control`: the offloaded internal-model controller (the guest twin of the host `control` workload).
 //! - `spin`: a TSC-polled periodic activation that records its lateness in a histogram.
 //! - `faults`: misbehaves on purpose (`mode=ud|oob|spin|garbage|panic|ro|done`), for fault-handling tests.
 
 /// Names of the built-in payloads.
-pub const NAMES: &[&str] = &["echo", "spin", "faults"];
+pub const NAMES: &[&str] = &["echo", "control", "spin", "faults"];
 
 /// Bytes aligned like `A`: `include_bytes!` alone gives no alignment, and ELF headers are read in
 /// place as 8-byte-aligned structures.
@@ -27,6 +28,7 @@ macro_rules! include_payload {
 pub fn payload(name: &str) -> Option<&'static [u8]> {
     match name {
         "echo" => Some(include_payload!("echo")),
+        "control" => Some(include_payload!("control")),
         "spin" => Some(include_payload!("spin")),
         "faults" => Some(include_payload!("faults")),
         _ => None,

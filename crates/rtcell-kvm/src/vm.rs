@@ -427,7 +427,16 @@ impl KvmCell {
         let vcpu = vm.create_vcpu(0).map_err(setup_err("KVM_CREATE_VCPU"))?;
         let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(setup_err("KVM_GET_SUPPORTED_CPUID"))?;
         vcpu.set_cpuid2(&cpuid).map_err(setup_err("KVM_SET_CPUID2"))?;
-        set_long_mode_ring3(&vcpu, cfg.exception_handlers)?;
+        // AVX for payloads where the CPU and KVM offer it (XSAVE + XCRS); SSE always.
+        let leaf1 = cpuid.as_slice().iter().find(|e| e.function == 1).map_or(0, |e| e.ecx);
+        let avx = kvm.check_extension(Cap::Xcrs) && leaf1 & (1 << 26) != 0 && leaf1 & (1 << 28) != 0;
+        set_long_mode_ring3(&vcpu, cfg.exception_handlers, avx)?;
+        if avx {
+            let mut xcrs = kvm_bindings::kvm_xcrs { nr_xcrs: 1, ..Default::default() };
+            xcrs.xcrs[0].xcr = 0;
+            xcrs.xcrs[0].value = 0x7; // x87 | SSE | AVX state
+            vcpu.set_xcrs(&xcrs).map_err(setup_err("KVM_SET_XCRS"))?;
+        }
         let regs = kvm_regs {
             rip: image.entry,
             // As if `_start` had been called: RSP + 8 is 16-byte aligned.
@@ -582,7 +591,7 @@ fn segment(selector: u16, code: bool, dpl: u8) -> kvm_segment {
 }
 
 /// 64-bit long mode, paging on, SSE on, CPL 3 — set directly, no boot code.
-fn set_long_mode_ring3(vcpu: &VcpuFd, handlers: bool) -> Result<(), KvmError> {
+fn set_long_mode_ring3(vcpu: &VcpuFd, handlers: bool, avx: bool) -> Result<(), KvmError> {
     let mut s = vcpu.get_sregs().map_err(setup_err("KVM_GET_SREGS"))?;
     s.cs = segment(layout::SEL_USER_CODE, true, 3);
     let data = segment(layout::SEL_USER_DATA, false, 3);
@@ -607,8 +616,8 @@ fn set_long_mode_ring3(vcpu: &VcpuFd, handlers: bool) -> Result<(), KvmError> {
     s.cr3 = layout::PML4_GPA;
     // CR0: PE, MP, ET, NE, WP, PG (EM clear: SSE allowed).
     s.cr0 = 1 | 2 | 0x10 | 0x20 | 0x1_0000 | 0x8000_0000;
-    // CR4: PAE, OSFXSR, OSXMMEXCPT.
-    s.cr4 = 0x20 | 0x200 | 0x400;
+    // CR4: PAE, OSFXSR, OSXMMEXCPT, and OSXSAVE when AVX is enabled through XCR0.
+    s.cr4 = 0x20 | 0x200 | 0x400 | if avx { 1 << 18 } else { 0 };
     // EFER: LME, LMA.
     s.efer = 0x100 | 0x400;
     vcpu.set_sregs(&s).map_err(setup_err("KVM_SET_SREGS"))

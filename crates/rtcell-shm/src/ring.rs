@@ -86,7 +86,7 @@ impl RingConfig {
     /// A ring that holds at least `frames` frames of `max_frame` bytes.
     pub const fn for_frames(max_frame: u32, frames: u32) -> RingConfig {
         let frame = FRAME_HEADER as u32 + round16(max_frame);
-        let capacity = (frame * frames + RESERVE as u32).next_power_of_two();
+        let capacity = (frame * frames + FRAME_HEADER as u32 + 64).next_power_of_two();
         let capacity = if capacity < 64 { 64 } else { capacity };
         RingConfig { capacity, max_frame, overflow: Overflow::Reject, notify: false }
     }
@@ -107,15 +107,12 @@ impl RingConfig {
             return Err("ring max_frame is above the 16 MiB limit");
         }
         let frame = FRAME_HEADER as u64 + round16(self.max_frame) as u64;
-        if (self.capacity as u64) < 2 * frame + RESERVE {
-            return Err("ring capacity must hold two frames of max_frame bytes plus 80 bytes");
+        if (self.capacity as u64) < 2 * frame + FRAME_HEADER as u64 {
+            return Err("ring capacity must hold two frames of max_frame bytes plus a 16-byte header");
         }
         Ok(())
     }
 }
-
-/// Bytes a send reserves beyond its frame: the sentinel header and one cache line ahead.
-const RESERVE: u64 = FRAME_HEADER as u64 + 64;
 
 /// Largest `max_frame` a ring accepts.
 pub const MAX_FRAME_LIMIT: u32 = 16 << 20;
@@ -282,11 +279,12 @@ impl<'a> Producer<'a> {
         let off = self.tail & r.mask;
         let pad = if r.cap - off < size { r.cap - off } else { 0 };
         let start = self.tail + pad;
-        // The frame, the sentinel header after it, and the first stamp of the next cache line must lie in
-        // free space. That last word is zeroed after publishing, only to own its line before a later frame
-        // puts a sentinel there: the ownership transfer then happens off the critical path.
+        // The frame and the sentinel header after it must lie in free space.
+        let end = start + size + FRAME_HEADER as u64;
+        // The first stamp of the next cache line, zeroed after publishing when it is free too: only so that
+        // the line is ours before a later frame puts a sentinel there, keeping that ownership transfer off
+        // the critical path of the next send.
         let ahead = ((start + size) & !63) + 64;
-        let end = ahead + FRAME_HEADER as u64;
 
         match r.cfg.overflow {
             Overflow::Reject => {
@@ -339,7 +337,13 @@ impl<'a> Producer<'a> {
         r.words[P_TAIL].store(self.tail, Ordering::Relaxed);
         r.words[P_NEXT_SEQ].store(self.seq, Ordering::Release);
         r.words[P_SENT].store(self.sent, Ordering::Relaxed);
-        r.data(ahead).store(0, Ordering::Relaxed);
+        let free_from = match r.cfg.overflow {
+            Overflow::Reject => self.head_cache,
+            Overflow::OverwriteOldest => self.oldest_pos,
+        };
+        if ahead + FRAME_HEADER as u64 - free_from <= r.cap {
+            r.data(ahead).store(0, Ordering::Relaxed);
+        }
         if r.cfg.notify {
             self.wake();
         }

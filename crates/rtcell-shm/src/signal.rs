@@ -117,7 +117,7 @@ impl<'a> SignalView<'a> {
         for _ in 0..READ_RETRIES {
             let s1 = self.words[0].load(Ordering::Acquire);
             if s1 & 1 == 1 {
-                core::hint::spin_loop();
+                crate::sync::spin_loop();
                 continue;
             }
             if s1 == 0 {

@@ -7,6 +7,14 @@ pub use loom::sync::atomic::{AtomicU64, Ordering, fence};
 #[cfg(not(loom))]
 pub use core::sync::atomic::{AtomicU64, Ordering, fence};
 
+/// Busy-wait hint. Under loom it yields, so that a model lets the thread being waited for run instead of
+/// exploring every way of spinning.
+#[cfg(loom)]
+pub use loom::hint::spin_loop;
+
+#[cfg(not(loom))]
+pub use core::hint::spin_loop;
+
 /// Copies `dst.len()` bytes out of shared words starting at `words[0]`, word by word with relaxed atomic
 /// loads: a peer writing at the same time can make the bytes stale, never make the copy undefined.
 /// The caller has checked that `words` holds at least `dst.len()` bytes.

@@ -58,19 +58,39 @@ fn ring_at_112(cfg: RingConfig) -> Arc<Vec<AtomicU64>> {
     words
 }
 
+/// Runs `producer` and `consumer` on two threads and returns what the consumer returns. Loom's
+/// partial-order reduction only notices a load racing with a later store when no access of the storing
+/// thread to that word comes in between, so each model runs with either side spawned (the main thread
+/// runs first): together they leave no blind spot on either side's loads.
+fn pair<R: Send + 'static>(
+    producer_spawned: bool,
+    producer: impl FnOnce() + Send + 'static,
+    consumer: impl FnOnce() -> R + Send + 'static,
+) -> R {
+    if producer_spawned {
+        let p = thread::spawn(producer);
+        let r = consumer();
+        p.join().unwrap();
+        r
+    } else {
+        let c = thread::spawn(consumer);
+        producer();
+        c.join().unwrap()
+    }
+}
+
 /// Reject: four messages of 16, 3, 0 and 16 bytes; the first goes behind a WRAP marker and the last finds
 /// the ring full until the consumer has taken the first. Every message arrives once, in order, whole.
-#[test]
-fn reject_ring_in_order_and_whole() {
+fn reject_model(producer_spawned: bool) {
     const LENS: [usize; 4] = [16, 3, 0, 16];
     let cfg = small_ring(Overflow::Reject);
-    // Preemption bound 2: covers every interleaving with up to two forced switches (plus all the ones the
-    // spin loops yield at); 3 takes minutes for no interleaving of a different kind.
-    builder(2).check(move || {
+    // Preemption bound 6: every interleaving with up to six forced switches, plus all those the spin
+    // loops yield at; a few seconds.
+    builder(6).check(move || {
         let words = ring_at_112(cfg);
-        let w = words.clone();
-        let producer = thread::spawn(move || {
-            let mut p = RingView::new(&w, cfg).unwrap().producer();
+        let (wp, wc) = (words.clone(), words.clone());
+        let producer = move || {
+            let mut p = RingView::new(&wp, cfg).unwrap().producer();
             for (k, &len) in LENS.iter().enumerate() {
                 loop {
                     match p.try_send(&msg(k as u8 + 1, len)) {
@@ -80,84 +100,111 @@ fn reject_ring_in_order_and_whole() {
                     }
                 }
             }
-        });
-        let ring = RingView::new(&words, cfg).unwrap();
-        let mut c = ring.consumer();
-        let mut buf = [0u8; 16];
-        let mut got = 0;
-        while got < LENS.len() {
-            match c.try_recv(&mut buf) {
-                Ok(len) => {
-                    assert_eq!(len, LENS[got], "message {}", got + 1);
-                    assert!(buf[..len].iter().all(|&b| b == got as u8 + 1), "message {} torn: {:?}", got + 1, buf);
-                    got += 1;
+        };
+        let consumer = move || {
+            let mut c = RingView::new(&wc, cfg).unwrap().consumer();
+            let mut buf = [0u8; 16];
+            let mut got = 0;
+            while got < LENS.len() {
+                match c.try_recv(&mut buf) {
+                    Ok(len) => {
+                        assert_eq!(len, LENS[got], "message {}", got + 1);
+                        assert!(buf[..len].iter().all(|&b| b == got as u8 + 1), "message {} torn: {buf:?}", got + 1);
+                        got += 1;
+                    }
+                    Err(RecvError::Empty) => thread::yield_now(),
+                    Err(e) => panic!("receive {}: {e:?}", got + 1),
                 }
-                Err(RecvError::Empty) => thread::yield_now(),
-                Err(e) => panic!("receive {}: {e:?}", got + 1),
             }
-        }
-        producer.join().unwrap();
-        assert_eq!(c.try_recv(&mut buf), Err(RecvError::Empty));
+        };
+        pair(producer_spawned, producer, consumer);
+        let ring = RingView::new(&words, cfg).unwrap();
+        assert_eq!(ring.consumer().try_recv(&mut [0; 16]), Err(RecvError::Empty));
         let k = ring.counters();
         assert_eq!((k.sent, k.received, k.lost), (8, 8, 0));
     });
 }
 
-/// OverwriteOldest: four messages (16, 16, 16 and 0 bytes) into a ring that holds three, the first behind
-/// a WRAP marker, while the consumer tries to receive a bounded number of times. The last message's
-/// sentinel lands on that marker, so the producer has to drop the first message with it. Whatever the
-/// consumer receives is whole and in order; after draining, every message was either received or counted
-/// as lost.
 #[test]
-fn overwrite_ring_never_torn_and_exact() {
-    const LENS: [usize; 4] = [16, 16, 16, 0];
+fn reject_ring_in_order_and_whole() {
+    reject_model(true);
+}
+
+#[test]
+fn reject_ring_in_order_and_whole_consumer_spawned() {
+    reject_model(false);
+}
+
+/// OverwriteOldest: five messages (16, 16, 16, 0 and 16 bytes) into a ring that holds three, the first
+/// and the last behind WRAP markers, while the consumer tries to receive a bounded number of times. The
+/// fourth message's sentinel lands on the first one's marker, so the producer has to drop the first
+/// message with it; the fifth is written over the first one's bytes, possibly while the consumer copies
+/// them. Whatever the consumer receives is whole and in order; after draining, every message was either
+/// received or counted as lost.
+fn overwrite_model(producer_spawned: bool) {
+    const LENS: [usize; 5] = [16, 16, 16, 0, 16];
     let cfg = small_ring(Overflow::OverwriteOldest);
-    // Preemption bound 2, as above.
-    builder(2).check(move || {
-        let words = ring_at_112(cfg);
-        let w = words.clone();
-        let producer = thread::spawn(move || {
-            let mut p = RingView::new(&w, cfg).unwrap().producer();
-            for (k, &len) in LENS.iter().enumerate() {
-                p.try_send(&msg(k as u8 + 1, len)).unwrap();
-            }
-        });
-        let ring = RingView::new(&words, cfg).unwrap();
-        let mut c = ring.consumer();
-        let mut buf = [0u8; 16];
-        let mut last = 0u8;
-        let mut check = |res: Result<usize, RecvError>, buf: &[u8; 16]| match res {
+    // Checks one receive; returns whether a message came.
+    fn check(res: Result<usize, RecvError>, buf: &[u8; 16], last: &mut u8) -> bool {
+        match res {
             Ok(len) => {
-                // The only empty message is the last one.
-                let k = if len == 0 { LENS.len() as u8 } else { buf[0] };
+                // The only empty message is the fourth.
+                let k = if len == 0 { 4 } else { buf[0] };
                 assert!(k >= 1 && k as usize <= LENS.len(), "message {k}");
                 assert_eq!(len, LENS[k as usize - 1]);
                 assert!(buf[..len].iter().all(|&b| b == k), "torn message: {buf:?}");
-                assert!(k > last, "message {k} after {last}");
-                last = k;
+                assert!(k > *last, "message {k} after {last}");
+                *last = k;
                 true
             }
             Err(RecvError::Empty) => false,
             Err(e) => panic!("{e:?}"),
+        }
+    }
+    // Preemption bound 2: a lot more happens here than with Reject (drops, resyncs, retries); bound 3
+    // passes too but takes minutes.
+    builder(2).check(move || {
+        let words = ring_at_112(cfg);
+        let (wp, wc) = (words.clone(), words.clone());
+        let producer = move || {
+            let mut p = RingView::new(&wp, cfg).unwrap().producer();
+            for (k, &len) in LENS.iter().enumerate() {
+                p.try_send(&msg(k as u8 + 1, len)).unwrap();
+            }
         };
-        for _ in 0..3 {
-            let res = c.try_recv(&mut buf);
-            if !check(res, &buf) {
-                thread::yield_now();
+        let consumer = move || {
+            let mut c = RingView::new(&wc, cfg).unwrap().consumer();
+            let mut buf = [0u8; 16];
+            let mut last = 0u8;
+            for _ in 0..3 {
+                let res = c.try_recv(&mut buf);
+                if !check(res, &buf, &mut last) {
+                    thread::yield_now();
+                }
             }
-        }
-        producer.join().unwrap();
-        loop {
-            let res = c.try_recv(&mut buf);
-            if !check(res, &buf) {
-                break;
-            }
-        }
+            last
+        };
+        let mut last = pair(producer_spawned, producer, consumer);
+        // Drain (the consumer's position is in shared memory: a new end continues from it).
+        let ring = RingView::new(&words, cfg).unwrap();
+        let mut c = ring.consumer();
+        let mut buf = [0u8; 16];
+        while check(c.try_recv(&mut buf), &buf, &mut last) {}
         assert_eq!(last as usize, LENS.len(), "the newest message is never lost");
         let k = ring.counters();
         assert_eq!(k.sent, 4 + LENS.len() as u64);
         assert_eq!(k.received + k.lost, k.sent, "{k:?}");
     });
+}
+
+#[test]
+fn overwrite_ring_never_torn_and_exact() {
+    overwrite_model(true);
+}
+
+#[test]
+fn overwrite_ring_never_torn_and_exact_consumer_spawned() {
+    overwrite_model(false);
 }
 
 /// Signal seqlock: the writer publishes two values (16 bytes of 1s, then 24 bytes of 2s) while a reader
@@ -169,8 +216,8 @@ fn overwrite_ring_never_torn_and_exact() {
 /// the reader's earlier loads from it, and it explores almost nothing.)
 #[test]
 fn signal_never_torn() {
-    // Preemption bound 3: the models are short, so more switches stay cheap.
-    builder(3).check(|| {
+    // Preemption bound 4: short threads, and spinning yields, so this stays cheap.
+    builder(4).check(|| {
         let words = shared(SignalView::words_needed(24));
         let w = words.clone();
         let reader = thread::spawn(move || {
@@ -208,8 +255,8 @@ fn signal_never_torn() {
 /// the signal.)
 #[test]
 fn com_group_commit_is_atomic() {
-    // Preemption bound 2: a commit copies the shadow, so there are many more steps than for a signal.
-    builder(2).check(|| {
+    // Preemption bound 4, as for the signal.
+    builder(4).check(|| {
         let cfg = ComConfig {
             signals: vec![
                 SignalDef { id: 1, max_len: 8, dynamic: false, group: Some(9) },

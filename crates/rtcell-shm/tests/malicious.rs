@@ -520,7 +520,7 @@ proptest! {
         let mut rx = ComReceiver::new(view, &mut shadow, &mut seen_words).unwrap();
         let ids = com_ids(chan, &mut rng);
         let table_end = 16 + 2 * 10;
-        let mut buf = vec![0u8; 64];
+        let mut buf = [0u8; 64];
         let mut seen = 0u64;
         let mut done = 0;
         for _ in 0..OPS {

@@ -1,14 +1,18 @@
 //! Subcommands: check, bench, and the hidden cell entry of process cells.
 
+mod run;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
 use rtcell_bench::SuiteRun;
 use rtcell_bench::c2c::C2cConfig;
+use rtcell_bench::control::{self as control_suite, ControlConfig};
 use rtcell_bench::loads::Load;
 use rtcell_bench::loopback::{self, LoopbackConfig, Notify};
 use rtcell_cells::CellKind;
+use rtcell_control::offload::Precision;
 use rtcell_host::facts::{HostFacts, StealSampler};
 use rtcell_host::tsc::TscClock;
 use rtcell_report::Results;
@@ -23,7 +27,7 @@ const EXIT_INTERRUPTED: i32 = 130;
     name = "rtcell",
     version,
     about = "Run hard real-time control loops in isolated cells on stock Linux, and prove their timing",
-    after_help = "Examples:\n  rtcell check --cpu 1\n  rtcell bench loopback --quick\n  rtcell bench c2c --cpus 0,1"
+    after_help = "Examples:\n  rtcell check --cpu 1\n  rtcell bench loopback --quick\n  rtcell bench control --quick\n  rtcell bench c2c --cpus 0,1\n  rtcell control reference --out reference.csv"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -49,6 +53,25 @@ enum Cmd {
         #[command(subcommand)]
         suite: Suite,
     },
+    /// The control benchmark's controller and data.
+    Control {
+        #[command(subcommand)]
+        cmd: ControlCmd,
+    },
+    /// Run a scenario file (cells, channels, periodic tasks, loads) and write DIR/results.json.
+    #[command(
+        after_help = "Examples:\n  rtcell run examples/plc.toml\n  rtcell run examples/motion.toml --duration 10s --out /tmp/motion\n  rtcell run examples/offload.toml --duration 2s\n\nExit status: 0 all tasks ran to the end; 1 a watchdog tripped, a task or cell failed, or a check\nfailed (results are still written); 2 the scenario is invalid (nothing started); 130 Ctrl-C\n(what was measured is written, marked incomplete)."
+    )]
+    Run {
+        /// The scenario file (TOML).
+        file: PathBuf,
+        /// Run for this long instead of the file's duration_s (e.g. 2s, 500ms, 1m).
+        #[arg(long)]
+        duration: Option<String>,
+        /// Output directory for results.json and the tasks' log files (default: rtcell-results/<timestamp>-scenario-<name>/).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Internal: the body of a process cell (started by rtcell itself).
     #[command(name = "__cell", hide = true)]
     Cell {
@@ -58,6 +81,23 @@ enum Cmd {
         parent: u32,
         #[arg(long)]
         spec: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ControlCmd {
+    /// Regenerate the reference data (controller inputs and f64 outputs of a closed-loop simulation) as
+    /// CSV; with the default seed it is the shipped file, byte for byte.
+    #[command(
+        after_help = "Examples:\n  rtcell control reference --out reference.csv\n  rtcell control reference --seed 7 | head"
+    )]
+    Reference {
+        /// Write the CSV here (default: standard output).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Seed of the simulation's process-load phases (default 0, the shipped data).
+        #[arg(long, default_value_t = rtcell_control::reference::DEFAULT_SEED)]
+        seed: u64,
     },
 }
 
@@ -118,6 +158,35 @@ enum Suite {
         #[command(flatten)]
         common: Common,
     },
+    /// Seed 000 Fig. 3/4: the 41-state controller stepped locally and offloaded to cells, every output
+    /// checked against the reference data; execution time in the cell and round trip.
+    #[command(
+        after_help = "Examples:\n  rtcell bench control --quick\n  rtcell bench control --precision f64 --cell thread,kvm --iterations 2000000\n  rtcell bench control --load memcpy --out /tmp/ctl"
+    )]
+    Control {
+        /// Controller steps per precision and cell kind: the 2,000 reference inputs looped (default
+        /// 2,000,000; --quick 100,000).
+        #[arg(long)]
+        iterations: Option<usize>,
+        /// Arithmetic of the controller: f64, f32, q31.
+        #[arg(long, value_delimiter = ',', default_value = "f64,f32,q31")]
+        precision: Vec<String>,
+        /// Cell kinds to offload to: thread, process, kvm, or auto (thread, process, and kvm when /dev/kvm
+        /// is usable). The master's own local step is always measured too.
+        #[arg(long, value_delimiter = ',', default_value = "auto")]
+        cell: Vec<String>,
+        /// Interference load on the non-cell CPUs: none or memcpy (20 MiB memcpy loop).
+        #[arg(long, default_value = "none")]
+        load: String,
+        /// The cell CPU (default: the last online CPU).
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// The master loop's CPU (default: the first online CPU that is not the cell's).
+        #[arg(long)]
+        master_cpu: Option<usize>,
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 /// A usage error: printed, exit status 2.
@@ -132,6 +201,8 @@ pub fn main() -> i32 {
     match cli.cmd {
         Cmd::Cell { fd, parent, spec } => rtcell_cells::process_cell_main(fd, parent, &spec),
         Cmd::Check { cpu, json } => check(cpu, json),
+        Cmd::Run { file, duration, out } => run::main(&file, duration.as_deref(), out),
+        Cmd::Control { cmd: ControlCmd::Reference { out, seed } } => control_reference(out, seed),
         Cmd::Bench { suite } => match bench(suite) {
             Ok(code) => code,
             Err(Usage(m)) => {
@@ -302,30 +373,7 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
             if iterations == 0 {
                 return usage("--iterations 0: give at least 1 round trip per size");
             }
-            let mut cells = Vec::new();
-            let kvm = rtcell_kvm::kvm_status();
-            for c in &cell {
-                let kinds: Vec<CellKind> = if c == "auto" {
-                    if !kvm.is_usable() {
-                        pre_warnings.push(format!("kvm cells skipped: {}", kvm.explain()));
-                    }
-                    let mut v = vec![CellKind::Thread, CellKind::Process];
-                    if kvm.is_usable() {
-                        v.push(CellKind::Kvm);
-                    }
-                    v
-                } else {
-                    vec![c.parse().map_err(|e| Usage(format!("--cell: {e}")))?]
-                };
-                for k in kinds {
-                    if k == CellKind::Kvm && !kvm.is_usable() {
-                        return usage(format!("--cell kvm: {}", kvm.explain()));
-                    }
-                    if !cells.contains(&k) {
-                        cells.push(k);
-                    }
-                }
-            }
+            let cells = parse_cells(&cell, &mut pre_warnings)?;
             let mut notifies = Vec::new();
             for n in &notify {
                 let k: Notify = n.parse().map_err(|e| Usage(format!("--notify: {e}")))?;
@@ -349,6 +397,37 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
                 seed: 0x5eed_0000_0000_0001,
             };
             ("loopback", common, Plan::Loopback(cfg))
+        }
+        Suite::Control { iterations, precision, cell, load, cpu, master_cpu, common } => {
+            let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
+            let iterations = iterations.unwrap_or(if common.quick {
+                control_suite::QUICK_ITERATIONS
+            } else {
+                control_suite::DEFAULT_ITERATIONS
+            });
+            if iterations == 0 {
+                return usage("--iterations 0: give at least 1 controller step");
+            }
+            let mut precisions = Vec::new();
+            for p in &precision {
+                let p: Precision = p.parse().map_err(|e| Usage(format!("--precision {p:?}: {e}")))?;
+                if !precisions.contains(&p) {
+                    precisions.push(p);
+                }
+            }
+            let cells = parse_cells(&cell, &mut pre_warnings)?;
+            let load: Load = load.parse().map_err(|e| Usage(format!("--load: {e}")))?;
+            let cfg = ControlConfig {
+                master_cpu: master,
+                cell_cpu,
+                iterations,
+                precisions,
+                cells,
+                load,
+                master_priority: Some(80),
+                cell_priority: Some(90),
+            };
+            ("control", common, Plan::Control(cfg))
         }
     };
     let out = common.out.clone().unwrap_or_else(|| default_out(name));
@@ -377,6 +456,7 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
     let run = match plan {
         Plan::C2c(cfg) => rtcell_bench::c2c::run(&tsc, &cfg),
         Plan::Loopback(cfg) => loopback::run(&tsc, &cfg),
+        Plan::Control(cfg) => control_suite::run(&tsc, &cfg),
     };
     let run: SuiteRun = match run {
         Ok(r) => r,
@@ -426,6 +506,67 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
 enum Plan {
     C2c(C2cConfig),
     Loopback(LoopbackConfig),
+    Control(ControlConfig),
+}
+
+/// The cell kinds of a `--cell` list: names, or `auto` (thread, process, and kvm when usable; a skipped
+/// kvm becomes a warning). Asking for kvm where it is not usable is refused with the reason.
+fn parse_cells(cell: &[String], pre_warnings: &mut Vec<String>) -> Result<Vec<CellKind>, Usage> {
+    let mut cells = Vec::new();
+    let kvm = rtcell_kvm::kvm_status();
+    for c in cell {
+        let kinds: Vec<CellKind> = if c == "auto" {
+            if !kvm.is_usable() {
+                pre_warnings.push(format!("kvm cells skipped: {}", kvm.explain()));
+            }
+            let mut v = vec![CellKind::Thread, CellKind::Process];
+            if kvm.is_usable() {
+                v.push(CellKind::Kvm);
+            }
+            v
+        } else {
+            vec![c.parse().map_err(|e| Usage(format!("--cell: {e}")))?]
+        };
+        for k in kinds {
+            if k == CellKind::Kvm && !kvm.is_usable() {
+                return usage(format!("--cell kvm: {}", kvm.explain()));
+            }
+            if !cells.contains(&k) {
+                cells.push(k);
+            }
+        }
+    }
+    Ok(cells)
+}
+
+/// `rtcell control reference`: the reference data of `seed` as CSV, to `out` or standard output.
+fn control_reference(out: Option<PathBuf>, seed: u64) -> i32 {
+    use std::io::Write;
+    let data = rtcell_control::reference::generate(seed);
+    let written = match &out {
+        Some(path) => std::fs::File::create(path).and_then(|f| {
+            let mut w = std::io::BufWriter::new(f);
+            data.write_csv(&mut w)?;
+            w.flush()
+        }),
+        None => {
+            let mut w = std::io::stdout().lock();
+            data.write_csv(&mut w).and_then(|()| w.flush())
+        }
+    };
+    match written {
+        Ok(()) => {
+            if let Some(p) = out {
+                eprintln!("reference data, seed {seed}: {} samples written to {}", data.r.len(), p.display());
+            }
+            0
+        }
+        Err(e) => {
+            let target = out.map_or("standard output".to_string(), |p| p.display().to_string());
+            eprintln!("error: writing the reference data to {target}: {e}");
+            1
+        }
+    }
 }
 
 /// Conditions that change how every figure of the run must be read.

@@ -1,0 +1,15 @@
+//! Scenarios: a TOML file declares cells, channels, signals, periodic tasks and loads; rtcell checks it
+//! whole before anything starts ([`plan`]), runs it ([`run`]) with a live line per task, and reports per
+//! task the table known from CODESYS task statistics and per channel the messages sent, received and
+//! lost ([`report`]), in the results document as suite `scenario`.
+//!
+//! The file format is described in the README ("Scenarios"); [`file`] holds its structures.
+
+pub mod file;
+pub mod plan;
+pub mod report;
+pub mod run;
+
+pub use file::Diag;
+pub use plan::{HostView, Invalid, Plan, load, parse_duration, validate_text};
+pub use run::{RunResult, StartError, run};

@@ -1,0 +1,739 @@
+//! Validation: the raw file becomes a [`Plan`] that can be started as it is, or a list of complaints,
+//! each with its line, its field and its fix. Nothing starts before the whole file is accepted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rtcell_cells::CellKind;
+use rtcell_tasks::spec::{COMMAND_VALUES, MIN_FRAME_BYTES, SETPOINT_VALUES, TORQUE_VALUES};
+use rtcell_tasks::stats::MAX_TASK_NAME;
+use rtcell_tasks::{Inject, MissedPolicy, TaskSpec, TaskWork, Watchdog};
+
+use crate::file::{Diag, RawScenario, RawService, RawWork, Spans, parse};
+
+/// The name tasks use for the Linux side (the master CPU).
+pub const LINUX: &str = "linux";
+/// Most values in a signal.
+pub const MAX_SIGNAL_VALUES: u32 = 64;
+/// Bytes of an offload request or reply.
+const OFFLOAD_BYTES: u32 = rtcell_control::offload::MESSAGE_BYTES as u32;
+
+/// What the machine offers, as far as validation needs it (a fixture in tests).
+#[derive(Debug, Clone)]
+pub struct HostView {
+    pub online: Vec<usize>,
+    /// `None` when KVM is usable; otherwise why not.
+    pub kvm_unusable: Option<String>,
+    pub payloads: Vec<String>,
+}
+
+impl HostView {
+    /// This machine.
+    pub fn here() -> HostView {
+        let kvm = rtcell_kvm::kvm_status();
+        HostView {
+            online: rtcell_host::cpu::online_cpus().unwrap_or_else(|_| vec![0]),
+            kvm_unusable: (!kvm.is_usable()).then(|| kvm.explain()),
+            payloads: rtcell_kvm::payloads::NAMES.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// What a cell runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CellRole {
+    /// The tasks whose `cell` is this cell.
+    Tasks,
+    /// The offloaded controller, serving requests.
+    Controller { request: String, reply: String, precision: String },
+    /// A built-in kvm payload.
+    Payload { payload: String, args: String, writes: Vec<String> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanCell {
+    pub name: String,
+    /// The kind that will run (the fallback when KVM is not usable).
+    pub kind: CellKind,
+    /// The kind the file asked for.
+    pub requested: CellKind,
+    pub cpu: usize,
+    pub priority: i32,
+    pub role: CellRole,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanChannel {
+    pub name: String,
+    pub frames: u32,
+    pub frame_bytes: u32,
+    /// Nobody in the scenario receives: the supervisor drains it (and counts).
+    pub sink: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanSignal {
+    pub name: String,
+    pub values: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanTask {
+    /// `None`: the Linux side.
+    pub cell: Option<String>,
+    pub spec: TaskSpec,
+    /// Execution time assumed by the utilisation check (us).
+    pub budget_us: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanLoad {
+    pub kind: rtcell_bench::loads::Load,
+    pub cpus: Vec<usize>,
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub name: String,
+    pub description: String,
+    pub file: PathBuf,
+    pub duration: Duration,
+    pub master_cpu: usize,
+    pub cells: Vec<PlanCell>,
+    pub channels: Vec<PlanChannel>,
+    pub signals: Vec<PlanSignal>,
+    /// In file order.
+    pub tasks: Vec<PlanTask>,
+    pub loads: Vec<PlanLoad>,
+    /// Things to know that do not stop the run (a kvm cell falling back to a thread).
+    pub notes: Vec<String>,
+}
+
+/// Why a scenario was refused: every complaint found, each renderable as `file:line: field: what — fix`.
+#[derive(Debug, Clone)]
+pub struct Invalid {
+    pub file: String,
+    pub diags: Vec<Diag>,
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lines: Vec<String> = self.diags.iter().map(|d| d.render(&self.file)).collect();
+        f.write_str(&lines.join("\n"))
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+/// Reads and validates `path`.
+pub fn load(path: &Path, host: &HostView) -> Result<Plan, Invalid> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| Invalid {
+        file: file.clone(),
+        diags: vec![Diag::new(None, "", format!("cannot read the scenario: {e}"), "check the path")],
+    })?;
+    validate_text(&text, path, host)
+}
+
+/// Validates the text of a scenario file named `path`.
+pub fn validate_text(text: &str, path: &Path, host: &HostView) -> Result<Plan, Invalid> {
+    let file = path.display().to_string();
+    let (raw, spans) = parse(text).map_err(|d| Invalid { file: file.clone(), diags: vec![d] })?;
+    let mut v = Validator { spans: &spans, diags: Vec::new() };
+    let plan = v.plan(&raw, path, host);
+    if v.diags.is_empty() {
+        Ok(plan)
+    } else {
+        v.diags.sort_by_key(|d| d.line.unwrap_or(0));
+        Err(Invalid { file, diags: v.diags })
+    }
+}
+
+struct Validator<'a> {
+    spans: &'a Spans,
+    diags: Vec<Diag>,
+}
+
+/// A channel or signal name: what the region accepts, and no clash with the names rtcell reserves.
+fn name_problem(name: &str, max: usize) -> Option<String> {
+    if name.is_empty() || name.len() > max {
+        return Some(format!("name {name:?} must be 1 to {max} characters"));
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+        return Some(format!("name {name:?} may hold only letters, digits, '_', '-' and '.'"));
+    }
+    if name == "sched" || name.starts_with("ctl.") || name.starts_with("task.") {
+        return Some(format!("name {name:?} is reserved (sched, ctl.*, task.* are rtcell's own channels)"));
+    }
+    None
+}
+
+fn us_to_ns(us: u64) -> u64 {
+    us.saturating_mul(1000)
+}
+
+impl Validator<'_> {
+    fn err(&mut self, path: &str, message: impl Into<String>, fix: impl Into<String>) {
+        let line = self.spans.line(path);
+        self.diags.push(Diag::new(line, path, message, fix));
+    }
+
+    fn finite(&mut self, path: &str, v: f64) -> bool {
+        if v.is_finite() {
+            return true;
+        }
+        self.err(path, format!("{v} is not a finite number"), "give a number");
+        false
+    }
+
+    fn plan(&mut self, raw: &RawScenario, path: &Path, host: &HostView) -> Plan {
+        let name = raw
+            .name
+            .clone()
+            .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+        if !(raw.duration_s.is_finite() && raw.duration_s > 0.0) {
+            self.err("duration_s", "the duration must be above 0 seconds", "set it in seconds, e.g. duration_s = 10");
+        }
+        let duration = Duration::from_secs_f64(if raw.duration_s.is_finite() && raw.duration_s > 0.0 {
+            raw.duration_s.min(1e7)
+        } else {
+            1.0
+        });
+        let online = &host.online;
+        let online_list = rtcell_host::cpu::format_cpu_list(online);
+        let mut notes = Vec::new();
+
+        // Cells and CPUs.
+        let cell_cpus: BTreeSet<usize> = raw.cells.values().map(|c| c.cpu).collect();
+        let master_cpu = match raw.master_cpu {
+            Some(m) => {
+                if !online.contains(&m) {
+                    self.err(
+                        "master_cpu",
+                        format!("CPU {m} does not exist or is offline (online: {online_list})"),
+                        format!("use one of {online_list}"),
+                    );
+                }
+                m
+            }
+            None => online.iter().copied().find(|c| !cell_cpus.contains(c)).unwrap_or(0),
+        };
+        let mut cells = Vec::new();
+        let mut cpu_owner: BTreeMap<usize, String> = BTreeMap::new();
+        for (cname, c) in &raw.cells {
+            let p = format!("cells.{cname}");
+            if let Some(why) = name_problem(cname, 24) {
+                self.err(&p, why, "rename the cell");
+            }
+            let requested: Option<CellKind> = match c.kind.parse() {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    self.err(&format!("{p}.kind"), e, "kind = \"thread\", \"process\" or \"kvm\"");
+                    None
+                }
+            };
+            let cpu_path = format!("{p}.cpu");
+            if !online.contains(&c.cpu) {
+                self.err(
+                    &cpu_path,
+                    format!("CPU {} does not exist or is offline (online: {online_list})", c.cpu),
+                    format!("use one of {online_list}"),
+                );
+            } else if c.cpu == master_cpu {
+                let other = online.iter().find(|x| **x != master_cpu && !cell_cpus.contains(x));
+                self.err(
+                    &cpu_path,
+                    format!("CPU {} is the master's CPU (the Linux side)", c.cpu),
+                    match other {
+                        Some(o) => format!("give the cell a CPU of its own, e.g. cpu = {o}"),
+                        None => "give the cell a CPU of its own; this machine has no CPU to spare".into(),
+                    },
+                );
+            }
+            if let Some(first) = cpu_owner.get(&c.cpu) {
+                self.err(
+                    &cpu_path,
+                    format!("CPU {} is already cell {first:?}'s: two cells on one CPU", c.cpu),
+                    "give each cell a CPU of its own",
+                );
+            } else {
+                cpu_owner.insert(c.cpu, cname.clone());
+            }
+            let priority = c.priority.unwrap_or(90);
+            if !(1..=99).contains(&priority) {
+                self.err(&format!("{p}.priority"), format!("priority {priority} is outside 1..=99"), "priority = 90");
+            }
+            let fallback: Option<CellKind> = match &c.fallback {
+                None => None,
+                Some(f) => match f.parse::<CellKind>() {
+                    Ok(CellKind::Kvm) | Err(_) => {
+                        self.err(&format!("{p}.fallback"), format!("fallback {f:?} is not a host cell kind"), "fallback = \"thread\" or \"process\"");
+                        None
+                    }
+                    Ok(k) => {
+                        if requested != Some(CellKind::Kvm) {
+                            self.err(&format!("{p}.fallback"), "a fallback applies only to a kvm cell", "remove it, or make the cell kind = \"kvm\"");
+                        }
+                        Some(k)
+                    }
+                },
+            };
+            let role = match (&c.service, &c.payload) {
+                (Some(_), Some(_)) => {
+                    self.err(&format!("{p}.payload"), "a cell runs a service or a payload, not both", "remove one of them");
+                    CellRole::Tasks
+                }
+                (Some(RawService::Controller { request, reply, precision }), None) => {
+                    let precision = precision.clone().unwrap_or_else(|| "f64".into());
+                    if precision.parse::<rtcell_control::offload::Precision>().is_err() {
+                        self.err(&format!("{p}.service.precision"), format!("unknown precision {precision:?}"), "precision = \"f64\", \"f32\" or \"q31\"");
+                    }
+                    CellRole::Controller { request: request.clone(), reply: reply.clone(), precision }
+                }
+                (None, Some(payload)) => {
+                    if requested.is_some() && requested != Some(CellKind::Kvm) {
+                        self.err(&format!("{p}.payload"), "payloads run only in kvm cells", "make the cell kind = \"kvm\", or give it tasks");
+                    }
+                    if !host.payloads.iter().any(|x| x == payload) {
+                        self.err(
+                            &format!("{p}.payload"),
+                            format!("no payload named {payload:?}"),
+                            format!("use one of the built-in payloads: {}", host.payloads.join(", ")),
+                        );
+                    }
+                    if fallback.is_some() {
+                        self.err(&format!("{p}.fallback"), "a payload cannot fall back to a host cell", "remove the fallback");
+                    }
+                    CellRole::Payload { payload: payload.clone(), args: c.args.clone().unwrap_or_default(), writes: c.writes.clone() }
+                }
+                (None, None) => CellRole::Tasks,
+            };
+            if c.args.is_some() && !matches!(role, CellRole::Payload { .. }) {
+                self.err(&format!("{p}.args"), "args are for a kvm payload", "remove them");
+            }
+            let mut kind = requested.unwrap_or(CellKind::Thread);
+            if kind == CellKind::Kvm
+                && let Some(why) = &host.kvm_unusable
+            {
+                match fallback {
+                    Some(f) => {
+                        notes.push(format!("cell {cname:?}: KVM is not usable here ({why}): running it as a {f} cell"));
+                        kind = f;
+                    }
+                    None => self.err(
+                        &format!("{p}.kind"),
+                        format!("KVM is not usable here: {why}"),
+                        "run it as kind = \"thread\", or add fallback = \"thread\"",
+                    ),
+                }
+            }
+            cells.push(PlanCell { name: cname.clone(), kind, requested: requested.unwrap_or(kind), cpu: c.cpu, priority, role });
+        }
+
+        // Channels and signals.
+        let mut channels = Vec::new();
+        for (n, ch) in &raw.channels {
+            let p = format!("channels.{n}");
+            if let Some(why) = name_problem(n, 32) {
+                self.err(&p, why, "rename the channel");
+            }
+            if raw.signals.contains_key(n) {
+                self.err(&p, format!("{n:?} is both a channel and a signal"), "give them different names");
+            }
+            if ch.capacity == 0 || ch.capacity > 65_536 {
+                self.err(&format!("{p}.capacity"), "capacity must be 1 to 65536 frames", "capacity = 256");
+            }
+            if ch.frame_bytes < MIN_FRAME_BYTES || ch.frame_bytes > 65_536 {
+                self.err(
+                    &format!("{p}.frame_bytes"),
+                    format!("frame_bytes must be {MIN_FRAME_BYTES} to 65536 (a frame carries a sequence number, a time and a value)"),
+                    "frame_bytes = 64",
+                );
+            }
+            channels.push(PlanChannel { name: n.clone(), frames: ch.capacity, frame_bytes: ch.frame_bytes, sink: false });
+        }
+        let mut signals = Vec::new();
+        for (n, s) in &raw.signals {
+            let p = format!("signals.{n}");
+            if let Some(why) = name_problem(n, 32) {
+                self.err(&p, why, "rename the signal");
+            }
+            if s.values == 0 || s.values > MAX_SIGNAL_VALUES {
+                self.err(&format!("{p}.values"), format!("values must be 1 to {MAX_SIGNAL_VALUES}"), "values = 1");
+            }
+            signals.push(PlanSignal { name: n.clone(), values: s.values });
+        }
+        let signal_values: BTreeMap<&str, u32> = raw.signals.iter().map(|(k, v)| (k.as_str(), v.values)).collect();
+        let channel_bytes: BTreeMap<&str, u32> = raw.channels.iter().map(|(k, v)| (k.as_str(), v.frame_bytes)).collect();
+
+        // Endpoints of each ring: (producer, consumer).
+        let mut producers: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        let mut consumers: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for c in &cells {
+            let p = format!("cells.{}", c.name);
+            if let CellRole::Controller { request, reply, .. } = &c.role {
+                consumers.entry(request.clone()).or_default().push((format!("cell {:?}", c.name), format!("{p}.service.request")));
+                producers.entry(reply.clone()).or_default().push((format!("cell {:?}", c.name), format!("{p}.service.reply")));
+            }
+        }
+
+        // Tasks, in file order.
+        let mut names: Vec<&String> = raw.tasks.keys().collect();
+        names.sort_by_key(|n| self.spans.line(&format!("tasks.{n}")).unwrap_or(0));
+        let cell_by_name: BTreeMap<&str, &PlanCell> = cells.iter().map(|c| (c.name.as_str(), c)).collect();
+        let mut tasks = Vec::new();
+        let mut outputs: BTreeMap<String, String> = BTreeMap::new();
+        for tname in names {
+            let t = &raw.tasks[tname];
+            let p = format!("tasks.{tname}");
+            if tname.is_empty()
+                || tname.len() > MAX_TASK_NAME
+                || !tname.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                self.err(&p, format!("task name {tname:?} must be 1 to {MAX_TASK_NAME} letters, digits, '_' or '-'"), "rename the task");
+            }
+            let cpu = if t.cell == LINUX {
+                master_cpu
+            } else {
+                match cell_by_name.get(t.cell.as_str()) {
+                    None => {
+                        let known: Vec<&str> = cell_by_name.keys().copied().chain([LINUX]).collect();
+                        self.err(&format!("{p}.cell"), format!("no cell named {:?}", t.cell), format!("use one of: {}", known.join(", ")));
+                        master_cpu
+                    }
+                    Some(c) => {
+                        if c.requested == CellKind::Kvm {
+                            self.err(
+                                &format!("{p}.cell"),
+                                format!("cell {:?} is a kvm cell: tasks run only in thread and process cells (no task executive inside a payload)", t.cell),
+                                "put the task in a thread or process cell, or on the Linux side (cell = \"linux\")",
+                            );
+                        } else if c.role != CellRole::Tasks {
+                            self.err(&format!("{p}.cell"), format!("cell {:?} runs a service or a payload, not tasks", t.cell), "put the task in another cell");
+                        }
+                        c.cpu
+                    }
+                }
+            };
+            if t.period_us == 0 {
+                self.err(&format!("{p}.period_us"), "period must be > 0", "set a period in microseconds, e.g. period_us = 1000");
+            }
+            let period_us = t.period_us.max(1);
+            if t.offset_us >= period_us && t.period_us > 0 {
+                self.err(&format!("{p}.offset_us"), format!("offset {} us is not below the period {period_us} us", t.offset_us), "use an offset between 0 and the period");
+            }
+            let deadline_us = t.deadline_us.unwrap_or(period_us);
+            if deadline_us == 0 {
+                self.err(&format!("{p}.deadline_us"), "deadline must be > 0", "leave it out (deadline = period) or set deadline_us > 0");
+            } else if deadline_us > period_us {
+                self.err(
+                    &format!("{p}.deadline_us"),
+                    format!("deadline {deadline_us} us is above the period {period_us} us"),
+                    format!("use a deadline of at most the period, e.g. deadline_us = {period_us}, or leave it out"),
+                );
+            }
+            if !(1..=99).contains(&t.priority) {
+                self.err(&format!("{p}.priority"), format!("priority {} is outside 1..=99 (SCHED_FIFO)", t.priority), "priority = 80");
+            }
+            let missed = match t.on_overrun.as_deref() {
+                None | Some("skip") => MissedPolicy::Skip,
+                Some("run_at_once") => MissedPolicy::RunAtOnce,
+                Some(o) => {
+                    self.err(&format!("{p}.on_overrun"), format!("unknown policy {o:?}"), "on_overrun = \"skip\" or \"run_at_once\"");
+                    MissedPolicy::Skip
+                }
+            };
+            let watchdog = t.watchdog.as_ref().map(|w| {
+                if w.time_us == 0 {
+                    self.err(&format!("{p}.watchdog.time_us"), "watchdog time must be > 0", "time_us = the period, e.g. time_us = 1000");
+                }
+                if w.sensitivity == 0 {
+                    self.err(&format!("{p}.watchdog.sensitivity"), "sensitivity must be at least 1", "sensitivity = 3");
+                }
+                Watchdog { time_ns: us_to_ns(w.time_us), sensitivity: w.sensitivity.max(1) }
+            });
+            let check_signal = |v: &mut Self, field: &str, name: &str, need: Option<usize>| match signal_values.get(name) {
+                None => v.err(&format!("{p}.{field}"), format!("no signal named {name:?}"), format!("declare it: [signals.{name}] values = {}", need.unwrap_or(1))),
+                Some(&have) => {
+                    if let Some(need) = need
+                        && (have as usize) < need
+                    {
+                        v.err(&format!("{p}.{field}"), format!("signal {name:?} holds {have} values, this needs {need}"), format!("set [signals.{name}] values = {need}"));
+                    }
+                }
+            };
+            let mut needs_output: Option<usize> = None;
+            let (work, estimate) = match &t.workload {
+                RawWork::Spin { us, inject } => {
+                    if self.finite(&format!("{p}.workload.us"), *us) && *us < 0.0 {
+                        self.err(&format!("{p}.workload.us"), "spin time must be >= 0", "us = 50");
+                    }
+                    let inject = inject.as_ref().map(|i| {
+                        self.finite(&format!("{p}.workload.inject.us"), i.us);
+                        Inject { at_cycle: i.at_cycle, cycles: i.cycles, us: i.us.max(0.0) }
+                    });
+                    (TaskWork::Spin { us: us.max(0.0), inject }, us.max(0.0))
+                }
+                RawWork::Trajectory { from_deg, to_deg, move_s } => {
+                    self.finite(&format!("{p}.workload.from_deg"), *from_deg);
+                    self.finite(&format!("{p}.workload.to_deg"), *to_deg);
+                    if !(move_s.is_finite() && *move_s > 0.0) {
+                        self.err(&format!("{p}.workload.move_s"), "move time must be above 0 s", "move_s = 2");
+                    }
+                    needs_output = Some(SETPOINT_VALUES);
+                    (TaskWork::Trajectory { from_deg: *from_deg, to_deg: *to_deg, move_s: *move_s }, 2.0)
+                }
+                RawWork::InverseDynamics { setpoint } => {
+                    check_signal(self, "workload.setpoint", setpoint, Some(SETPOINT_VALUES));
+                    needs_output = Some(TORQUE_VALUES);
+                    (TaskWork::InverseDynamics { setpoint: setpoint.clone() }, 5.0)
+                }
+                RawWork::Drive { setpoint, torque, us } => {
+                    check_signal(self, "workload.setpoint", setpoint, Some(SETPOINT_VALUES));
+                    check_signal(self, "workload.torque", torque, Some(TORQUE_VALUES));
+                    if self.finite(&format!("{p}.workload.us"), *us) && *us < 0.0 {
+                        self.err(&format!("{p}.workload.us"), "bus time must be >= 0", "us = 20");
+                    }
+                    needs_output = Some(COMMAND_VALUES);
+                    (TaskWork::Drive { setpoint: setpoint.clone(), torque: torque.clone(), us: us.max(0.0) }, us.max(0.0) + 2.0)
+                }
+                RawWork::Log { file, signals: sigs, tasks: logged } => {
+                    if t.cell != LINUX {
+                        self.err(&format!("{p}.cell"), "a log task writes a file: it runs only on the Linux side", "cell = \"linux\"");
+                    }
+                    if file.is_empty() || Path::new(file).is_absolute() || file.split('/').any(|c| c == "..") {
+                        self.err(&format!("{p}.workload.file"), format!("log file {file:?} must be a relative path inside the results directory"), "file = \"motion.log\"");
+                    }
+                    for s in sigs {
+                        check_signal(self, "workload.signals", s, None);
+                    }
+                    for lt in logged {
+                        if !raw.tasks.contains_key(lt) {
+                            self.err(&format!("{p}.workload.tasks"), format!("no task named {lt:?}"), "list tasks of this scenario");
+                        }
+                    }
+                    (TaskWork::Log { file: file.clone(), signals: sigs.clone(), tasks: logged.clone() }, 50.0)
+                }
+                RawWork::Master { request, reply } => {
+                    for (field, ch) in [("workload.request", request), ("workload.reply", reply)] {
+                        match channel_bytes.get(ch.as_str()) {
+                            None => self.err(&format!("{p}.{field}"), format!("no channel named {ch:?}"), format!("declare it: [channels.{ch}] capacity = 16, frame_bytes = {OFFLOAD_BYTES}")),
+                            Some(&b) if b < OFFLOAD_BYTES => self.err(
+                                &format!("{p}.{field}"),
+                                format!("channel {ch:?} carries {b}-byte frames; controller messages are {OFFLOAD_BYTES} bytes"),
+                                format!("set [channels.{ch}] frame_bytes = {OFFLOAD_BYTES}"),
+                            ),
+                            Some(_) => {}
+                        }
+                    }
+                    producers.entry(request.clone()).or_default().push((format!("task {tname:?}"), format!("{p}.workload.request")));
+                    consumers.entry(reply.clone()).or_default().push((format!("task {tname:?}"), format!("{p}.workload.reply")));
+                    if !cells.iter().any(|c| matches!(&c.role, CellRole::Controller { request: r, reply: q, .. } if r == request && q == reply)) {
+                        self.err(
+                            &format!("{p}.workload"),
+                            format!("no cell serves the controller on {request:?} / {reply:?}"),
+                            format!("add a cell with service = {{ kind = \"controller\", request = \"{request}\", reply = \"{reply}\" }}"),
+                        );
+                    }
+                    (TaskWork::Master { request: request.clone(), reply: reply.clone() }, 5.0)
+                }
+            };
+            match (&t.output, needs_output) {
+                (Some(o), need) => {
+                    check_signal(self, "output", o, need);
+                    if let Some(prev) = outputs.insert(o.clone(), tname.clone()) {
+                        self.err(&format!("{p}.output"), format!("task {prev:?} already writes signal {o:?} (a signal has one writer)"), "give each task its own output signal");
+                    }
+                }
+                (None, Some(n)) => self.err(&format!("{p}.output"), format!("a {} task writes its result to an output signal", work.kind()), format!("add output = \"<signal of {n} values>\"")),
+                (None, None) => {}
+            }
+            let safe_value = t.safe_value.clone().unwrap_or_default();
+            if !safe_value.is_empty() {
+                if t.output.is_none() {
+                    self.err(&format!("{p}.safe_value"), "a safe value needs an output signal to be written to", "add output = \"<signal>\" or remove safe_value");
+                }
+                if safe_value.iter().any(|v| !v.is_finite()) {
+                    self.err(&format!("{p}.safe_value"), "safe values must be finite numbers", "e.g. safe_value = [0.0]");
+                }
+                if let Some(o) = &t.output
+                    && let Some(&n) = signal_values.get(o.as_str())
+                    && safe_value.len() > n as usize
+                {
+                    self.err(&format!("{p}.safe_value"), format!("{} values, but signal {o:?} holds {n}", safe_value.len()), format!("give at most {n} values"));
+                }
+            }
+            if t.safe_value.is_some() && t.watchdog.is_none() {
+                self.err(&format!("{p}.safe_value"), "a safe value is written when the watchdog trips, and this task has none", "add watchdog = { time_us = ..., sensitivity = ... }");
+            }
+            for (field, ch, list) in [("send", &t.send, &mut producers), ("recv", &t.recv, &mut consumers)] {
+                if let Some(ch) = ch {
+                    if !channel_bytes.contains_key(ch.as_str()) {
+                        self.err(&format!("{p}.{field}"), format!("no channel named {ch:?}"), format!("declare it: [channels.{ch}] capacity = 256, frame_bytes = 64"));
+                    }
+                    list.entry(ch.clone()).or_default().push((format!("task {tname:?}"), format!("{p}.{field}")));
+                }
+            }
+            let budget_us = match t.budget_us {
+                Some(b) if b.is_finite() && b >= 0.0 => b,
+                Some(_) => {
+                    self.err(&format!("{p}.budget_us"), "budget must be a number >= 0", "budget_us = 50");
+                    estimate
+                }
+                None => estimate,
+            };
+            let frame_bytes = t.send.as_ref().and_then(|c| channel_bytes.get(c.as_str()).copied()).unwrap_or(MIN_FRAME_BYTES);
+            tasks.push(PlanTask {
+                cell: (t.cell != LINUX).then(|| t.cell.clone()),
+                budget_us,
+                spec: TaskSpec {
+                    name: tname.clone(),
+                    period_ns: us_to_ns(period_us),
+                    offset_ns: us_to_ns(t.offset_us),
+                    deadline_ns: us_to_ns(deadline_us.max(1)),
+                    priority: t.priority,
+                    cpu,
+                    missed,
+                    watchdog,
+                    work,
+                    send: t.send.clone(),
+                    recv: t.recv.clone(),
+                    frame_bytes: frame_bytes.max(MIN_FRAME_BYTES),
+                    output: t.output.clone(),
+                    safe_value,
+                    tsc_khz: 0,
+                },
+            });
+        }
+
+        // Channel endpoints: one producer, at most one consumer (the supervisor drains the rest).
+        for ch in &mut channels {
+            let p = format!("channels.{}", ch.name);
+            let prod = producers.get(&ch.name).cloned().unwrap_or_default();
+            let cons = consumers.get(&ch.name).cloned().unwrap_or_default();
+            if prod.is_empty() {
+                self.err(&p, "nobody sends on this channel", format!("set send = \"{}\" on a task, or remove the channel", ch.name));
+            }
+            for (list, what) in [(&prod, "send on"), (&cons, "receive from")] {
+                if list.len() > 1 {
+                    let who: Vec<&str> = list.iter().map(|(w, _)| w.as_str()).collect();
+                    self.err(&list[1].1, format!("{} {what} channel {:?}: a ring has one producer and one consumer", who.join(" and "), ch.name), "give each its own channel");
+                }
+            }
+            ch.sink = cons.is_empty();
+        }
+        for c in &cells {
+            if let CellRole::Controller { request, reply, .. } = &c.role {
+                for (field, ch) in [("request", request), ("reply", reply)] {
+                    match channel_bytes.get(ch.as_str()) {
+                        None => self.err(&format!("cells.{}.service.{field}", c.name), format!("no channel named {ch:?}"), format!("declare it: [channels.{ch}] capacity = 16, frame_bytes = {OFFLOAD_BYTES}")),
+                        Some(&b) if b < OFFLOAD_BYTES => self.err(&format!("cells.{}.service.{field}", c.name), format!("channel {ch:?} carries {b}-byte frames; controller messages are {OFFLOAD_BYTES} bytes"), format!("set [channels.{ch}] frame_bytes = {OFFLOAD_BYTES}")),
+                        Some(_) => {}
+                    }
+                }
+            }
+            if let CellRole::Payload { writes, .. } = &c.role {
+                for w in writes {
+                    if !channel_bytes.contains_key(w.as_str()) && !signal_values.contains_key(w.as_str()) {
+                        self.err(&format!("cells.{}.writes", c.name), format!("no channel or signal named {w:?}"), "list channels of this scenario");
+                    }
+                }
+            }
+            if c.role == CellRole::Tasks && !tasks.iter().any(|t| t.cell.as_deref() == Some(c.name.as_str())) {
+                self.err(&format!("cells.{}", c.name), "the cell has no tasks, no service and no payload", format!("put a task in it (cell = \"{}\") or remove it", c.name));
+            }
+        }
+
+        // Utilisation per CPU.
+        let mut per_cpu: BTreeMap<usize, Vec<(&str, f64)>> = BTreeMap::new();
+        for t in tasks.iter().filter(|t| raw.tasks.get(&t.spec.name).is_some_and(|r| r.period_us > 0)) {
+            let u = t.budget_us / (t.spec.period_ns as f64 / 1000.0).max(1e-9);
+            per_cpu.entry(t.spec.cpu).or_default().push((&t.spec.name, u));
+        }
+        for (cpu, list) in &per_cpu {
+            let total: f64 = list.iter().map(|(_, u)| u).sum();
+            if total > 1.0 {
+                let parts: Vec<String> = list.iter().map(|(n, u)| format!("{n} {:.0}%", u * 100.0)).collect();
+                let first = list.iter().max_by(|a, b| a.1.total_cmp(&b.1)).map(|(n, _)| *n).unwrap_or("");
+                self.err(
+                    &format!("tasks.{first}"),
+                    format!("CPU {cpu} would be {:.0}% utilised ({})", total * 100.0, parts.join(", ")),
+                    "lengthen periods, shorten workloads, or move a task to another CPU (budget_us sets the assumed execution time)",
+                );
+            }
+        }
+
+        // Loads.
+        let mut loads = Vec::new();
+        for (i, l) in raw.loads.iter().enumerate() {
+            let p = format!("loads[{i}]");
+            let kind = match l.kind.parse::<rtcell_bench::loads::Load>() {
+                Ok(k) => k,
+                Err(e) => {
+                    self.err(&format!("{p}.kind"), e, "kind = \"memcpy\"");
+                    rtcell_bench::loads::Load::None
+                }
+            };
+            let cpus = match &l.cpus {
+                Some(c) => c.clone(),
+                None => online.iter().copied().filter(|c| !cell_cpus.contains(c)).collect(),
+            };
+            for c in &cpus {
+                if cell_cpus.contains(c) {
+                    self.err(&format!("{p}.cpus"), format!("CPU {c} belongs to a cell: loads run on the Linux side"), "leave cpus out (every CPU no cell uses) or list only those");
+                } else if !online.contains(c) {
+                    self.err(&format!("{p}.cpus"), format!("CPU {c} does not exist or is offline (online: {online_list})"), format!("use CPUs of {online_list}"));
+                }
+            }
+            loads.push(PlanLoad { kind, cpus });
+        }
+
+        Plan {
+            name,
+            description: raw.description.clone().unwrap_or_default(),
+            file: path.to_path_buf(),
+            duration,
+            master_cpu,
+            cells,
+            channels,
+            signals,
+            tasks,
+            loads,
+            notes,
+        }
+    }
+}
+
+impl Plan {
+    /// The same plan running for `d` instead.
+    pub fn with_duration(mut self, d: Duration) -> Plan {
+        self.duration = d;
+        self
+    }
+}
+
+/// Parses a duration: `2s`, `500ms`, `1.5s`, `2m`, or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration: use e.g. 2s, 500ms, 1m"))?;
+    let secs = v * scale;
+    if !(secs.is_finite() && secs > 0.0 && secs < 1e7) {
+        return Err(format!("{s:?}: a duration must be above 0 (e.g. 2s)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}

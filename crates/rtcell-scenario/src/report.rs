@@ -1,0 +1,330 @@
+//! The end of a run as people read it (the per-task table of CODESYS task statistics and seed 003, the
+//! per-channel message counts) and as other tools read it (suite `scenario` of the results document).
+
+use rtcell_report::table::Table;
+use rtcell_report::{Histogram, Kind, Series, Stats, Suite, Unit, labels};
+
+use crate::plan::{CellRole, Plan};
+use crate::run::{HistSummary, RunResult, TaskResult};
+
+fn us(ns: f64) -> String {
+    if ns.is_finite() { format!("{:.1}", ns / 1e3) } else { "-".into() }
+}
+
+/// Cycle count agrees with duration / period within 1% (cycles + skipped releases, one release of
+/// slack for the edges), or the shortfall is explained by overruns, skips, a trip or a stop.
+pub fn cycles_ok(t: &TaskResult) -> bool {
+    let got = t.counters.cycles + t.counters.skipped;
+    let tol = (t.expected as f64 * 0.01).ceil() as u64 + 1;
+    got.abs_diff(t.expected) <= tol
+}
+
+/// The human report: per-task table, per-channel counts, steal.
+pub fn text(plan: &Plan, r: &RunResult) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "Scenario {:?}: {} task(s) in {} cell(s), master CPU {}, {:.1} s{}\n",
+        plan.name,
+        r.tasks.len(),
+        r.cells.len(),
+        plan.master_cpu,
+        r.measured.as_secs_f64(),
+        if r.incomplete { " (stopped early)" } else { "" }
+    ));
+    let mut t = Table::new(&[
+        "task",
+        "cell",
+        "cpu",
+        "prio",
+        "period ms",
+        "cycles",
+        "expected",
+        "exec min",
+        "exec avg",
+        "exec max",
+        "lat min",
+        "lat avg",
+        "lat max",
+        "overruns",
+        "longest run",
+        "skipped",
+        "state",
+    ]);
+    for x in &r.tasks {
+        let c = &x.counters;
+        t.row(vec![
+            x.name.clone(),
+            format!("{} ({})", x.cell, x.cell_kind),
+            x.spec.cpu.to_string(),
+            x.spec.priority.to_string(),
+            format!("{}", x.spec.period_ns as f64 / 1e6),
+            c.cycles.to_string(),
+            x.expected.to_string(),
+            if x.exec.count > 0 { us(x.exec.min_ns as f64) } else { "-".into() },
+            us(x.exec.mean_ns().unwrap_or(f64::NAN)),
+            if x.exec.count > 0 { us(x.exec.max_ns as f64) } else { "-".into() },
+            if x.latency.count > 0 { us(x.latency.min_ns as f64) } else { "-".into() },
+            us(x.latency.mean_ns().unwrap_or(f64::NAN)),
+            if x.latency.count > 0 { us(x.latency.max_ns as f64) } else { "-".into() },
+            c.overruns.to_string(),
+            c.longest.to_string(),
+            c.skipped.to_string(),
+            c.state.map_or("?", |s| s.as_str()).to_string(),
+        ]);
+    }
+    s.push_str("Tasks (times in us; latency = start - intended release; exec = end - start):\n");
+    s.push_str(&t.render());
+    s.push('\n');
+    if !r.channels.is_empty() {
+        let secs = r.measured.as_secs_f64().max(1e-9);
+        let mut c = Table::new(&["channel", "sent", "received", "lost", "queued at end", "per second"]);
+        for ch in &r.channels {
+            c.row(vec![
+                ch.name.clone(),
+                ch.sent.to_string(),
+                ch.received.to_string(),
+                ch.lost.to_string(),
+                ch.queued.to_string(),
+                format!("{:.0}", ch.sent as f64 / secs),
+            ]);
+        }
+        s.push_str("Channels (messages):\n");
+        s.push_str(&c.render());
+        s.push('\n');
+    }
+    let offload: Vec<&TaskResult> =
+        r.tasks.iter().filter(|t| matches!(t.spec.work, rtcell_tasks::TaskWork::Master { .. })).collect();
+    for m in offload {
+        let c = &m.counters;
+        s.push_str(&format!(
+            "Offload master {:?}: {} requests sent, {} dropped (request ring full); {} replies, {} checked bit for bit against the reference ({} wrong), {} unchecked (their pass lost a request); {} not back by the deadline ({} came later)\n",
+            m.name,
+            c.sent,
+            c.send_fail,
+            c.received,
+            c.received - c.unchecked,
+            c.errors,
+            c.unchecked,
+            c.recv_lost,
+            c.late
+        ));
+    }
+    for x in &r.tasks {
+        if let Some(k) = x.counters.trip_cycle {
+            s.push_str(&format!(
+                "Watchdog: task {:?} tripped at cycle {k}: {}; its output {:?} holds {:?}\n",
+                x.name,
+                x.counters.message,
+                x.spec.output.as_deref().unwrap_or("-"),
+                x.spec.output.as_ref().and_then(|o| r.signals.get(o)).cloned().unwrap_or_default()
+            ));
+        }
+    }
+    for c in &r.cells {
+        let start = c.start.map_or(String::new(), |d| format!(", started in {:.1} ms", d.as_secs_f64() * 1e3));
+        let exits = c
+            .vm_exits
+            .as_ref()
+            .and_then(|e| e.get("exits"))
+            .map_or(String::new(), |n| format!(", {n} VM exits"));
+        s.push_str(&format!("Cell {:?}: {} on CPU {}, {}{start}{exits}\n", c.name, c.kind, c.cpu, c.status));
+    }
+    let steal: Vec<String> = r.steal_ms.iter().map(|(cpu, ms)| format!("CPU {cpu} {ms:.0} ms")).collect();
+    if !steal.is_empty() {
+        s.push_str(&format!("Stolen by the host during the run: {}\n", steal.join(", ")));
+    }
+    let off: Vec<&str> = r.tasks.iter().filter(|t| !cycles_ok(t)).map(|t| t.name.as_str()).collect();
+    if !off.is_empty() && !r.incomplete {
+        s.push_str(&format!(
+            "Cycle counts off by more than 1% of duration / period: {} (see overruns, skipped and steal)\n",
+            off.join(", ")
+        ));
+    }
+    s
+}
+
+/// A series from a shared-memory histogram (ns), in us. Min, max and mean are exact; the percentiles
+/// are the upper bounds of their buckets (clamped to the max), the standard deviation is taken from
+/// the bucket midpoints.
+fn series_from_hist(name: &str, l: std::collections::BTreeMap<String, String>, kind: Kind, h: &HistSummary) -> Series {
+    if h.count == 0 || h.bucket_ns == 0 {
+        return Series { name: name.into(), labels: l, unit: Unit::Us, kind, stats: Stats::default(), histogram: None, errors: 0 };
+    }
+    let total: u64 = h.buckets.iter().sum::<u64>() + h.overflow;
+    let w = h.bucket_ns as f64;
+    let q = |p: f64| -> f64 {
+        let rank = ((p * total as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (i, c) in h.buckets.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return ((i as f64 + 1.0) * w).min(h.max_ns as f64).max(h.min_ns as f64);
+            }
+        }
+        h.max_ns as f64
+    };
+    let mean = h.sum_ns as f64 / h.count as f64;
+    let mut var = 0.0;
+    for (i, c) in h.buckets.iter().enumerate() {
+        if *c > 0 {
+            let mid = ((i as f64 + 0.5) * w).clamp(h.min_ns as f64, h.max_ns as f64);
+            var += *c as f64 * (mid - mean).powi(2);
+        }
+    }
+    var += h.overflow as f64 * (h.max_ns as f64 - mean).powi(2);
+    let stddev = if total > 0 { (var / total as f64).sqrt() } else { 0.0 };
+    let last = h.buckets.iter().rposition(|c| *c > 0).map_or(0, |i| i + 1);
+    Series {
+        name: name.into(),
+        labels: l,
+        unit: Unit::Us,
+        kind,
+        stats: Stats {
+            count: h.count,
+            min: h.min_ns as f64 / 1e3,
+            mean: mean / 1e3,
+            median: q(0.5) / 1e3,
+            p90: q(0.9) / 1e3,
+            p99: q(0.99) / 1e3,
+            p999: q(0.999) / 1e3,
+            p9999: q(0.9999) / 1e3,
+            max: h.max_ns as f64 / 1e3,
+            stddev: stddev / 1e3,
+        },
+        histogram: Some(Histogram { bucket_width: w / 1e3, counts: h.buckets[..last].to_vec(), overflows: h.overflow }),
+        errors: 0,
+    }
+}
+
+fn count_series(name: &str, l: std::collections::BTreeMap<String, String>, v: u64) -> Series {
+    let x = v as f64;
+    Series {
+        name: name.into(),
+        labels: l,
+        unit: Unit::Count,
+        kind: Kind::Count,
+        stats: Stats { count: 1, min: x, mean: x, median: x, p90: x, p99: x, p999: x, p9999: x, max: x, stddev: 0.0 },
+        histogram: None,
+        errors: 0,
+    }
+}
+
+/// Suite `scenario` of the results document.
+pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
+    let tasks: Vec<serde_json::Value> = plan
+        .tasks
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.spec.name,
+                "cell": t.cell.clone().unwrap_or_else(|| crate::plan::LINUX.into()),
+                "cpu": t.spec.cpu,
+                "priority": t.spec.priority,
+                "period_us": t.spec.period_ns as f64 / 1e3,
+                "offset_us": t.spec.offset_ns as f64 / 1e3,
+                "deadline_us": t.spec.deadline_ns as f64 / 1e3,
+                "workload": serde_json::to_value(&t.spec.work).unwrap_or_default(),
+                "watchdog": t.spec.watchdog.map(|w| serde_json::json!({"time_us": w.time_ns as f64 / 1e3, "sensitivity": w.sensitivity})),
+                "on_overrun": t.spec.missed.as_str(),
+                "send": t.spec.send,
+                "recv": t.spec.recv,
+                "output": t.spec.output,
+                "safe_value": t.spec.safe_value,
+                "budget_us": t.budget_us,
+            })
+        })
+        .collect();
+    let cells: Vec<serde_json::Value> = plan
+        .cells
+        .iter()
+        .map(|c| {
+            let role = match &c.role {
+                CellRole::Tasks => serde_json::json!("tasks"),
+                CellRole::Controller { request, reply, precision } => {
+                    serde_json::json!({"service": "controller", "request": request, "reply": reply, "precision": precision})
+                }
+                CellRole::Payload { payload, args, .. } => serde_json::json!({"payload": payload, "args": args}),
+            };
+            serde_json::json!({"name": c.name, "kind": c.kind.as_str(), "requested_kind": c.requested.as_str(), "cpu": c.cpu, "priority": c.priority, "runs": role})
+        })
+        .collect();
+    let outcome_tasks: Vec<serde_json::Value> = r
+        .tasks
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.name,
+                "state": t.counters.state.map_or("?", |s| s.as_str()),
+                "message": t.counters.message,
+                "cycles": t.counters.cycles,
+                "expected": t.expected,
+                "skipped": t.counters.skipped,
+                "overruns": t.counters.overruns,
+                "longest_overrun_run": t.counters.longest,
+                "trip_cycle": t.counters.trip_cycle,
+                "cycles_within_1pct": cycles_ok(t),
+            })
+        })
+        .collect();
+    let config = serde_json::json!({
+        "scenario": plan.name,
+        "description": plan.description,
+        "file": plan.file.display().to_string(),
+        "duration_s": plan.duration.as_secs_f64(),
+        "measured_s": r.measured.as_secs_f64(),
+        "master_cpu": plan.master_cpu,
+        "cells": cells,
+        "channels": plan.channels.iter().map(|c| serde_json::json!({"name": c.name, "capacity": c.frames, "frame_bytes": c.frame_bytes})).collect::<Vec<_>>(),
+        "signals": plan.signals.iter().map(|s| serde_json::json!({"name": s.name, "values": s.values})).collect::<Vec<_>>(),
+        "tasks": tasks,
+        "loads": plan.loads.iter().map(|l| serde_json::json!({"kind": l.kind.as_str(), "cpus": l.cpus})).collect::<Vec<_>>(),
+        "outcome": {
+            "tasks": outcome_tasks,
+            "signals": r.signals,
+            "cells": r.cells.iter().map(|c| serde_json::json!({"name": c.name, "kind": c.kind.as_str(), "cpu": c.cpu, "status": c.status, "start_ms": c.start.map(|d| d.as_secs_f64() * 1e3), "vm_exits": c.vm_exits})).collect::<Vec<_>>(),
+            "steal_ms": r.steal_ms.iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
+            "errors": r.errors,
+            "files": r.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+        },
+    });
+    let mut suite = Suite::new("scenario", config);
+    for t in &r.tasks {
+        let c = &t.counters;
+        let l = labels!(
+            "scenario" => plan.name,
+            "task" => t.name,
+            "cell" => t.cell,
+            "cell_kind" => t.cell_kind,
+            "cpu" => t.spec.cpu,
+            "priority" => t.spec.priority,
+            "period_us" => t.spec.period_ns as f64 / 1e3,
+            "cycles" => c.cycles,
+            "overruns" => c.overruns,
+            "longest_overrun_run" => c.longest,
+            "skipped" => c.skipped,
+            "state" => c.state.map_or("?", |s| s.as_str()),
+        );
+        let mut e = series_from_hist("task_exec_time", l.clone(), Kind::ExecTime, &t.exec);
+        e.errors = c.errors;
+        suite.series.push(e);
+        suite.series.push(series_from_hist("task_latency", l, Kind::Latency, &t.latency));
+        for (name, v) in [
+            ("task_cycles", c.cycles),
+            ("task_overruns", c.overruns),
+            ("task_longest_overrun_run", c.longest),
+            ("task_skipped", c.skipped),
+        ] {
+            suite.series.push(count_series(name, labels!("scenario" => plan.name, "task" => t.name), v));
+        }
+    }
+    for ch in &r.channels {
+        for (dir, v) in [("sent", ch.sent), ("received", ch.received), ("lost", ch.lost)] {
+            suite.series.push(count_series(
+                "channel_messages",
+                labels!("scenario" => plan.name, "channel" => ch.name, "direction" => dir),
+                v,
+            ));
+        }
+    }
+    suite
+}

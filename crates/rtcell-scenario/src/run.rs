@@ -1,0 +1,515 @@
+//! Running a plan: the region, the cells, the Linux-side tasks, the loads; a live line per task while it
+//! runs; at the end what every task and channel did.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, VmOptions, WorkloadSpec};
+use rtcell_shm::mapping::SharedMemory;
+use rtcell_shm::{RegionLayout, RegionView, RingConfig};
+use rtcell_tasks::clock::mono_ns;
+use rtcell_tasks::stats::{exec_channel, latency_channel, read_histogram};
+use rtcell_tasks::{Schedule, TaskCounters, TaskSpec, TaskState, TaskWork, read_counters};
+
+use crate::plan::{CellRole, Plan};
+
+/// Time between the go signal and the first release: every task is asleep on its first release by then.
+const START_MARGIN: Duration = Duration::from_millis(50);
+/// Supervision tick (draining sink channels, watching cells).
+const TICK: Duration = Duration::from_millis(10);
+/// Live line refresh on a terminal, and when the output is not one.
+const LIVE_TTY: Duration = Duration::from_millis(500);
+const LIVE_PIPE: Duration = Duration::from_secs(1);
+/// How long cells get to become ready.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What one task did.
+#[derive(Debug, Clone)]
+pub struct TaskResult {
+    pub name: String,
+    /// Cell name, or `linux`.
+    pub cell: String,
+    pub cell_kind: String,
+    pub spec: TaskSpec,
+    pub counters: TaskCounters,
+    /// Releases due in the run: what `cycles + skipped` should be.
+    pub expected: u64,
+    pub exec: HistSummary,
+    pub latency: HistSummary,
+}
+
+/// A histogram read back from shared memory (ns), with its summary.
+#[derive(Debug, Clone, Default)]
+pub struct HistSummary {
+    pub count: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub sum_ns: u64,
+    pub bucket_ns: u64,
+    pub buckets: Vec<u64>,
+    pub overflow: u64,
+}
+
+impl HistSummary {
+    fn read(region: &RegionView<'_>, channel: &str) -> HistSummary {
+        match read_histogram(region, channel) {
+            Ok(h) => HistSummary {
+                count: h.count,
+                min_ns: h.min().unwrap_or(0),
+                max_ns: h.max().unwrap_or(0),
+                sum_ns: h.sum,
+                bucket_ns: h.bucket_width_ns,
+                buckets: h.buckets().map(|(_, c)| c).collect(),
+                overflow: h.overflow,
+            },
+            Err(_) => HistSummary::default(),
+        }
+    }
+
+    pub fn mean_ns(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_ns as f64 / self.count as f64)
+    }
+}
+
+/// What one channel carried.
+#[derive(Debug, Clone)]
+pub struct ChannelResult {
+    pub name: String,
+    pub sent: u64,
+    pub received: u64,
+    /// Refused at the sender (ring full) plus lost at the receiver.
+    pub lost: u64,
+    /// Still queued at the end.
+    pub queued: u64,
+}
+
+/// What one cell did.
+#[derive(Debug, Clone)]
+pub struct CellResult {
+    pub name: String,
+    pub kind: CellKind,
+    pub cpu: usize,
+    pub status: String,
+    pub start: Option<Duration>,
+    pub vm_exits: Option<BTreeMap<String, u64>>,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub tasks: Vec<TaskResult>,
+    pub channels: Vec<ChannelResult>,
+    pub cells: Vec<CellResult>,
+    /// Final value of every signal.
+    pub signals: BTreeMap<String, Vec<f64>>,
+    /// Stolen time per CPU during the run (ms), from /proc/stat.
+    pub steal_ms: BTreeMap<usize, f64>,
+    pub measured: Duration,
+    pub warnings: Vec<String>,
+    /// Watchdog trips, cell deaths, task faults, wrong replies: a run with any is a failed run.
+    pub errors: Vec<String>,
+    pub incomplete: bool,
+    /// Files the run wrote (logs).
+    pub files: Vec<PathBuf>,
+}
+
+/// Why a run could not start (after validation: the machine refused something).
+#[derive(Debug)]
+pub struct StartError(pub String);
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
+
+fn layout(plan: &Plan) -> Result<RegionLayout, String> {
+    let mut l = RegionLayout::new();
+    if plan.cells.iter().any(|c| c.kind == CellKind::Kvm) {
+        l.page_aligned();
+    }
+    let e = |e: rtcell_shm::LayoutError| e.to_string();
+    rtcell_tasks::add_schedule_to_layout(&mut l).map_err(e)?;
+    for c in &plan.cells {
+        rtcell_shm::control::add_to_layout(&mut l, &c.name).map_err(e)?;
+    }
+    for t in &plan.tasks {
+        rtcell_tasks::add_task_to_layout(&mut l, &t.spec.name).map_err(e)?;
+    }
+    for ch in &plan.channels {
+        l.ring(&ch.name, RingConfig::for_frames(ch.frame_bytes, ch.frames)).map_err(e)?;
+    }
+    for s in &plan.signals {
+        l.signal(&s.name, s.values * 8).map_err(e)?;
+    }
+    Ok(l)
+}
+
+/// Per-CPU steal counters (jiffies) from /proc/stat.
+fn steal_jiffies() -> BTreeMap<usize, u64> {
+    let mut m = BTreeMap::new();
+    let Ok(text) = std::fs::read_to_string("/proc/stat") else {
+        return m;
+    };
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let Some(name) = f.next() else { continue };
+        let Some(cpu) = name.strip_prefix("cpu").and_then(|n| n.parse::<usize>().ok()) else { continue };
+        if let Some(steal) = f.nth(7).and_then(|v| v.parse::<u64>().ok()) {
+            m.insert(cpu, steal);
+        }
+    }
+    m
+}
+
+fn user_hz() -> f64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 { hz as f64 } else { 100.0 }
+}
+
+/// Releases due in `[start + offset, end)` at `period`.
+pub fn expected_releases(duration: Duration, offset_ns: u64, period_ns: u64) -> u64 {
+    let d = duration.as_nanos() as u64;
+    if d <= offset_ns || period_ns == 0 { 0 } else { (d - offset_ns).div_ceil(period_ns) }
+}
+
+/// Runs `plan` for its duration (or until `stop()` says so). `out_dir` receives the tasks' log files.
+pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -> Result<RunResult, StartError> {
+    let layout = layout(plan).map_err(|e| StartError(format!("region layout: {e}")))?;
+    let shm = SharedMemory::create_anonymous(&format!("scenario-{}", plan.name), layout.size_bytes())
+        .map_err(|e| StartError(format!("shared memory: {e}")))?;
+    layout.init(shm.words(), std::process::id()).map_err(|e| StartError(format!("region: {e}")))?;
+    let shm = Arc::new(shm);
+    let region = RegionView::attach(shm.words()).map_err(|e| StartError(format!("region: {e}")))?;
+    let sched = Schedule::attach(&region).map_err(|e| StartError(format!("schedule: {e}")))?;
+    rtcell_cells::set_tsc_khz(tsc_khz);
+    let mut warnings: Vec<String> = plan.notes.clone();
+    let mut errors: Vec<String> = Vec::new();
+    let mut files = Vec::new();
+
+    // Task specs as they will run: TSC rate known, log files inside the results directory.
+    let mut specs: Vec<(Option<String>, TaskSpec)> = Vec::new();
+    for t in &plan.tasks {
+        let mut s = t.spec.clone();
+        s.tsc_khz = tsc_khz;
+        if let TaskWork::Log { file, .. } = &mut s.work {
+            let p = out_dir.join(&*file);
+            if let Some(dir) = p.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| StartError(format!("{}: {e}", dir.display())))?;
+            }
+            files.push(p.clone());
+            *file = p.display().to_string();
+        }
+        specs.push((t.cell.clone(), s));
+    }
+
+    // Cells.
+    let mut cells: Vec<(Cell, Option<Duration>)> = Vec::new();
+    for c in &plan.cells {
+        let workload = match &c.role {
+            CellRole::Tasks => WorkloadSpec::TaskSet {
+                tasks: specs.iter().filter(|(cell, _)| cell.as_deref() == Some(&c.name)).map(|(_, s)| s.clone()).collect(),
+            },
+            CellRole::Controller { request, reply, precision } => {
+                WorkloadSpec::Control { rx: request.clone(), tx: reply.clone(), precision: precision.clone() }
+            }
+            CellRole::Payload { payload, args, writes } => {
+                WorkloadSpec::Payload { payload: payload.clone(), args: args.clone(), guest_writes: writes.clone() }
+            }
+        };
+        let spec = CellSpec {
+            name: c.name.clone(),
+            kind: c.kind,
+            cpu: c.cpu,
+            priority: Some(c.priority),
+            lock_memory: true,
+            workload,
+            vm: VmOptions::default(),
+        };
+        let mut cell = Cell::start(spec, Arc::clone(&shm)).map_err(|e| StartError(e.to_string()))?;
+        let started = cell.wait_running(START_TIMEOUT).map_err(|e| StartError(e.to_string()))?;
+        warnings.extend(cell.warnings().iter().cloned());
+        cells.push((cell, Some(started)));
+    }
+
+    // Linux-side tasks: a supervisor thread running their set.
+    let linux_tasks: Vec<TaskSpec> = specs.iter().filter(|(c, _)| c.is_none()).map(|(_, s)| s.clone()).collect();
+    let linux_stop = Arc::new(AtomicBool::new(false));
+    let linux_ready = Arc::new(AtomicBool::new(linux_tasks.is_empty()));
+    let linux_warn = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let linux_handle = if linux_tasks.is_empty() {
+        None
+    } else {
+        let (shm2, stop2, ready2, warn2) =
+            (Arc::clone(&shm), Arc::clone(&linux_stop), Arc::clone(&linux_ready), Arc::clone(&linux_warn));
+        let h = std::thread::Builder::new()
+            .name("linux-tasks".into())
+            .spawn(move || {
+                let Ok(region) = RegionView::attach(shm2.words()) else {
+                    return rtcell_tasks::SetOutcome::default();
+                };
+                let mut on_ready = |w: &[String]| {
+                    if let Ok(mut all) = warn2.lock() {
+                        all.extend(w.iter().cloned());
+                    }
+                    ready2.store(true, Ordering::Release);
+                };
+                rtcell_tasks::run_set(&linux_tasks, &region, &*stop2, &mut on_ready, &|| {})
+            })
+            .map_err(|e| StartError(format!("cannot start the Linux-side tasks: {e}")))?;
+        Some(h)
+    };
+    let t0 = Instant::now();
+    while !linux_ready.load(Ordering::Acquire) {
+        if linux_handle.as_ref().is_some_and(|h| h.is_finished()) || t0.elapsed() > START_TIMEOUT {
+            linux_stop.store(true, Ordering::Relaxed);
+            let faults: Vec<String> = specs
+                .iter()
+                .filter(|(c, _)| c.is_none())
+                .filter_map(|(_, s)| read_counters(&region, &s.name).ok().map(|c| (s.name.clone(), c)))
+                .filter(|(_, c)| c.state == Some(TaskState::Faulted))
+                .map(|(n, c)| format!("task {n:?}: {}", c.message))
+                .collect();
+            return Err(StartError(if faults.is_empty() {
+                "the Linux-side tasks did not get ready".into()
+            } else {
+                faults.join("; ")
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if let Ok(w) = linux_warn.lock() {
+        warnings.extend(w.iter().cloned());
+    }
+
+    // Loads, then go.
+    let mut loads = Vec::new();
+    for l in &plan.loads {
+        match rtcell_bench::loads::RunningLoad::start(l.kind, &l.cpus) {
+            Ok(r) => loads.push(r),
+            Err(e) => return Err(StartError(format!("load {}: {e}", l.kind.as_str()))),
+        }
+    }
+    let steal0 = steal_jiffies();
+    let start = mono_ns() + START_MARGIN.as_nanos() as u64;
+    let end = start + plan.duration.as_nanos() as u64;
+    sched.go(start, end);
+    let started_at = Instant::now();
+
+    // Supervise.
+    let mut sinks: Vec<(String, rtcell_shm::Consumer<'_>, Vec<u8>)> = Vec::new();
+    for ch in plan.channels.iter().filter(|c| c.sink) {
+        if let Ok(r) = region.ring(&ch.name) {
+            sinks.push((ch.name.clone(), r.consumer(), vec![0u8; ch.frame_bytes as usize]));
+        }
+    }
+    let tty = std::io::stderr().is_terminal();
+    let live_every = if tty { LIVE_TTY } else { LIVE_PIPE };
+    let mut last_live = Instant::now();
+    let mut live_lines = 0usize;
+    let mut incomplete = false;
+    let mut reported_trips: Vec<String> = Vec::new();
+    let max_period = plan.tasks.iter().map(|t| t.spec.period_ns).max().unwrap_or(0);
+    let linger = Duration::from_nanos(max_period) + Duration::from_millis(500);
+    loop {
+        std::thread::sleep(TICK);
+        drain(&mut sinks);
+        let now = mono_ns();
+        if stop() && !incomplete {
+            incomplete = true;
+            linux_stop.store(true, Ordering::Relaxed);
+            for (c, _) in cells.iter_mut() {
+                c.request_stop();
+            }
+            sched.end_now(now);
+        }
+        for (c, _) in cells.iter_mut() {
+            let st = c.status();
+            if st.is_finished() && !matches!(st, CellStatus::Done(0) | CellStatus::Stopped) {
+                let msg = format!("cell {:?} ({}, CPU {}) {st}", c.name(), c.kind(), c.cpu());
+                if !errors.contains(&msg) {
+                    eprintln!("error: {msg}; the other cells go on");
+                    errors.push(msg);
+                }
+            }
+        }
+        for (_, s) in &specs {
+            if let Ok(cnt) = read_counters(&region, &s.name)
+                && cnt.state == Some(TaskState::Tripped)
+                && !reported_trips.contains(&s.name)
+            {
+                reported_trips.push(s.name.clone());
+                let msg = format!("task {:?} stopped: {}", s.name, cnt.message);
+                if tty {
+                    live_lines = 0;
+                }
+                eprintln!("{msg}; its output holds its safe value, the other tasks go on");
+            }
+        }
+        if last_live.elapsed() >= live_every {
+            last_live = Instant::now();
+            live_lines = print_live(&region, &specs, started_at.elapsed(), tty, live_lines);
+        }
+        let all_final = specs
+            .iter()
+            .all(|(_, s)| read_counters(&region, &s.name).ok().and_then(|c| c.state).is_some_and(|st| st.is_final()));
+        if now >= end && all_final {
+            break;
+        }
+        if now >= end.saturating_add(linger.as_nanos() as u64) || (incomplete && started_at.elapsed() > plan.duration + linger * 4) {
+            warnings.push("some tasks did not end within their last period after the end of the run".into());
+            break;
+        }
+        if incomplete && all_final {
+            break;
+        }
+    }
+    let measured = started_at.elapsed().saturating_sub(START_MARGIN).min(plan.duration);
+    let steal1 = steal_jiffies();
+    for l in loads {
+        l.stop();
+    }
+    linux_stop.store(true, Ordering::Relaxed);
+    let mut cell_results = Vec::new();
+    for (c, start) in cells {
+        let exits = c.vm_exits();
+        let (name, kind, cpu) = (c.name().to_string(), c.kind(), c.cpu());
+        let rep = c.stop(Duration::from_secs(3));
+        if !matches!(rep.status, CellStatus::Done(_) | CellStatus::Stopped) {
+            let msg = format!("cell {name:?} ({kind}, CPU {cpu}) {}", rep.status);
+            if !errors.contains(&msg) {
+                errors.push(msg);
+            }
+        }
+        cell_results.push(CellResult { name, kind, cpu, status: rep.status.to_string(), start, vm_exits: exits });
+    }
+    if let Some(h) = linux_handle {
+        let _ = h.join();
+    }
+    drain(&mut sinks);
+    if tty && live_lines > 0 {
+        print_live(&region, &specs, started_at.elapsed().min(plan.duration + START_MARGIN), tty, live_lines);
+    }
+
+    // Results.
+    let hz = user_hz();
+    let steal_ms: BTreeMap<usize, f64> = steal1
+        .iter()
+        .filter_map(|(cpu, s1)| steal0.get(cpu).map(|s0| (*cpu, s1.saturating_sub(*s0) as f64 * 1000.0 / hz)))
+        .collect();
+    let run_duration = if incomplete { measured } else { plan.duration };
+    let mut tasks = Vec::new();
+    for (cell, s) in &specs {
+        let counters = read_counters(&region, &s.name).unwrap_or_default();
+        match counters.state {
+            Some(TaskState::Tripped) => errors.push(format!("task {:?}: {}", s.name, counters.message)),
+            Some(TaskState::Faulted) => errors.push(format!("task {:?} faulted: {}", s.name, counters.message)),
+            _ => {}
+        }
+        if counters.errors > 0 {
+            errors.push(format!("task {:?}: {} replies did not match the reference output", s.name, counters.errors));
+        }
+        let kind = match cell {
+            None => "linux".to_string(),
+            Some(c) => plan.cells.iter().find(|x| &x.name == c).map_or("?".into(), |x| x.kind.to_string()),
+        };
+        tasks.push(TaskResult {
+            name: s.name.clone(),
+            cell: cell.clone().unwrap_or_else(|| crate::plan::LINUX.into()),
+            cell_kind: kind,
+            spec: s.clone(),
+            expected: expected_releases(run_duration, s.offset_ns, s.period_ns),
+            exec: HistSummary::read(&region, &exec_channel(&s.name)),
+            latency: HistSummary::read(&region, &latency_channel(&s.name)),
+            counters,
+        });
+    }
+    // A task that finds a ring full drops its frame (lost); a cell service retries until there is room
+    // (not lost), so the ring's own reject count is not a loss count.
+    let mut channels = Vec::new();
+    for ch in &plan.channels {
+        if let Ok(r) = region.ring(&ch.name) {
+            let c = r.counters();
+            let dropped: u64 = tasks
+                .iter()
+                .filter(|t| {
+                    t.spec.send.as_deref() == Some(ch.name.as_str())
+                        || matches!(&t.spec.work, TaskWork::Master { request, .. } if *request == ch.name)
+                })
+                .map(|t| t.counters.send_fail)
+                .sum();
+            channels.push(ChannelResult {
+                name: ch.name.clone(),
+                sent: c.sent,
+                received: c.received,
+                lost: dropped + c.lost,
+                queued: c.sent.saturating_sub(c.received + c.lost),
+            });
+        }
+    }
+    let mut signals = BTreeMap::new();
+    for s in &plan.signals {
+        if let Ok(view) = region.signal(&s.name) {
+            let mut vals = vec![0.0; s.values as usize];
+            let n = rtcell_tasks::work::read_f64s(&view, &mut vals).unwrap_or(0);
+            vals.truncate(n);
+            signals.insert(s.name.clone(), vals);
+        }
+    }
+    Ok(RunResult {
+        tasks,
+        channels,
+        cells: cell_results,
+        signals,
+        steal_ms,
+        measured: if incomplete { measured } else { plan.duration },
+        warnings,
+        errors,
+        incomplete,
+        files,
+    })
+}
+
+fn drain(sinks: &mut [(String, rtcell_shm::Consumer<'_>, Vec<u8>)]) {
+    for (_, c, buf) in sinks.iter_mut() {
+        while c.try_recv(buf).is_ok() {}
+    }
+}
+
+/// One line per task: cycles, overruns, worst latency so far. On a terminal the block is redrawn in
+/// place; otherwise it is printed again. Returns the number of lines printed.
+fn print_live(region: &RegionView<'_>, specs: &[(Option<String>, TaskSpec)], t: Duration, tty: bool, prev: usize) -> usize {
+    let mut out = String::new();
+    if tty && prev > 0 {
+        out.push_str(&format!("\x1b[{prev}A"));
+    }
+    for (_, s) in specs {
+        let c = read_counters(region, &s.name).unwrap_or_default();
+        let lat = read_histogram(region, &latency_channel(&s.name)).ok().and_then(|h| h.max());
+        let state = c.state.map_or("?", |s| s.as_str());
+        let line = format!(
+            "[{:7.1} s] {:<22} {:>9} cycles {:>6} overruns  worst latency {:>9}  {state}",
+            t.as_secs_f64(),
+            s.name,
+            c.cycles,
+            c.overruns,
+            lat.map_or("-".to_string(), |ns| format!("{:.1} us", ns as f64 / 1e3)),
+        );
+        out.push_str(&line);
+        if tty {
+            out.push_str("\x1b[K");
+        }
+        out.push('\n');
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(out.as_bytes());
+    let _ = err.flush();
+    specs.len()
+}

@@ -1,0 +1,348 @@
+//! Per-task statistics in shared memory, and the schedule channel every task starts from.
+//!
+//! Each task owns three `Raw` channels: `task.<name>` (the counters below and a message), and two
+//! fixed-bucket histograms (`rtcell_shm::histogram`), `task.<name>.lat` (activation latency: actual start
+//! minus intended release) and `task.<name>.exec` (execution time: end minus start), which also hold the
+//! min / sum / max / count of their values. The task is the only writer; the supervisor reads the words
+//! as untrusted input whenever it likes (a live line twice a second, the final table at the end).
+//!
+//! Counter words of `task.<name>`: see the `W_*` constants. Words 32.. hold a message of up to
+//! [`MAX_MESSAGE`] bytes (why the task stopped: a watchdog trip, a fault).
+
+use rtcell_shm::sync::{AtomicU64, Ordering, copy_from_words, copy_to_words};
+use rtcell_shm::{AttachError, RegionView};
+
+/// Lifecycle of a task as it reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskState {
+    Starting = 0,
+    /// Initialised, waiting for the common start.
+    Ready = 1,
+    Running = 2,
+    /// Reached the end of the scenario's duration.
+    Done = 3,
+    /// Stopped on request before the end (Ctrl-C).
+    Stopped = 4,
+    /// Its watchdog tripped: it stopped and wrote its safe value.
+    Tripped = 5,
+    /// Could not run (a channel missing, a file that cannot be written...).
+    Faulted = 6,
+}
+
+impl TaskState {
+    pub fn from_u64(v: u64) -> Option<TaskState> {
+        Some(match v {
+            0 => TaskState::Starting,
+            1 => TaskState::Ready,
+            2 => TaskState::Running,
+            3 => TaskState::Done,
+            4 => TaskState::Stopped,
+            5 => TaskState::Tripped,
+            6 => TaskState::Faulted,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TaskState::Starting => "starting",
+            TaskState::Ready => "ready",
+            TaskState::Running => "running",
+            TaskState::Done => "done",
+            TaskState::Stopped => "stopped",
+            TaskState::Tripped => "tripped",
+            TaskState::Faulted => "faulted",
+        }
+    }
+
+    /// No longer running (and never will again).
+    pub fn is_final(&self) -> bool {
+        matches!(self, TaskState::Done | TaskState::Stopped | TaskState::Tripped | TaskState::Faulted)
+    }
+}
+
+pub const W_STATE: usize = 0;
+/// Cycles run.
+pub const W_CYCLES: usize = 1;
+/// Cycles that completed after their deadline.
+pub const W_OVERRUNS: usize = 2;
+/// Consecutive overruns up to the last cycle.
+pub const W_CONSEC: usize = 3;
+/// Longest run of consecutive overruns.
+pub const W_LONGEST: usize = 4;
+/// Releases skipped (missed-cycle policy `skip`).
+pub const W_SKIPPED: usize = 5;
+/// Frames or requests sent.
+pub const W_SENT: usize = 6;
+/// Frames that could not be sent (ring full): lost.
+pub const W_SEND_FAIL: usize = 7;
+/// Frames or replies received.
+pub const W_RECEIVED: usize = 8;
+/// Frames found missing by the receiver (sequence gaps), or replies that did not come by the deadline.
+pub const W_RECV_LOST: usize = 9;
+/// Replies that did not match the reference output (offload master).
+pub const W_ERRORS: usize = 10;
+/// Replies that came after their deadline (discarded).
+pub const W_LATE: usize = 11;
+/// The cycle at which the watchdog tripped (cycles + 1; 0 = never).
+pub const W_TRIP_CYCLE: usize = 12;
+/// Cycles whose execution time exceeded the watchdog time.
+pub const W_WATCHDOG_OVER: usize = 13;
+/// Replies that could not be checked (offload master: a request of their pass was never delivered,
+/// so the cell's controller state no longer follows the reference until the next pass).
+pub const W_UNCHECKED: usize = 14;
+const W_MSG_LEN: usize = 31;
+const W_MSG: usize = 32;
+/// Longest message a task can leave.
+pub const MAX_MESSAGE: usize = 256;
+const WORDS: usize = W_MSG + MAX_MESSAGE / 8;
+/// Bytes of a task's counter block.
+pub const STATS_BYTES: usize = WORDS * 8;
+
+/// Width of a histogram bucket (ns).
+pub const BUCKET_NS: u64 = 500;
+/// Buckets per histogram: 10 ms of range; longer values land in the overflow (their max is still exact).
+pub const BUCKETS: usize = 20_000;
+
+/// Longest task name (so that `task.<name>.exec` fits the 32-byte channel name).
+pub const MAX_TASK_NAME: usize = 22;
+
+pub fn stats_channel(task: &str) -> String {
+    format!("task.{task}")
+}
+
+pub fn latency_channel(task: &str) -> String {
+    format!("task.{task}.lat")
+}
+
+pub fn exec_channel(task: &str) -> String {
+    format!("task.{task}.exec")
+}
+
+/// Name of the schedule channel.
+pub const SCHEDULE_CHANNEL: &str = "sched";
+const S_GO: usize = 0;
+const S_START: usize = 1;
+const S_END: usize = 2;
+const SCHEDULE_BYTES: usize = 64;
+
+/// Adds a task's three channels to a region layout.
+pub fn add_task_to_layout(layout: &mut rtcell_shm::RegionLayout, task: &str) -> Result<(), rtcell_shm::LayoutError> {
+    layout.raw(&stats_channel(task), STATS_BYTES)?;
+    layout.raw(&latency_channel(task), rtcell_shm::histogram::bytes_for(BUCKETS))?;
+    layout.raw(&exec_channel(task), rtcell_shm::histogram::bytes_for(BUCKETS))?;
+    Ok(())
+}
+
+/// Adds the schedule channel to a region layout.
+pub fn add_schedule_to_layout(layout: &mut rtcell_shm::RegionLayout) -> Result<(), rtcell_shm::LayoutError> {
+    layout.raw(SCHEDULE_CHANNEL, SCHEDULE_BYTES)?;
+    Ok(())
+}
+
+/// The common time base: every task's first release is `start_ns + offset`, and no release at or after
+/// `end_ns` runs. CLOCK_MONOTONIC ns, shared by every process on the machine.
+#[derive(Clone, Copy)]
+pub struct Schedule<'a> {
+    w: &'a [AtomicU64],
+}
+
+impl<'a> Schedule<'a> {
+    pub fn attach(region: &RegionView<'a>) -> Result<Self, AttachError> {
+        let w = region.raw(SCHEDULE_CHANNEL)?;
+        if w.len() < 3 {
+            return Err(AttachError::Corrupt { channel: None, what: "schedule channel too small" });
+        }
+        Ok(Schedule { w })
+    }
+
+    /// Supervisor: sets the start and the end and lets every task go.
+    pub fn go(&self, start_ns: u64, end_ns: u64) {
+        self.w[S_START].store(start_ns, Ordering::Relaxed);
+        self.w[S_END].store(end_ns, Ordering::Relaxed);
+        self.w[S_GO].store(1, Ordering::Release);
+    }
+
+    /// Supervisor: brings the end forward (a stop) so that tasks finish their current cycle and end.
+    pub fn end_now(&self, now_ns: u64) {
+        let end = self.w[S_END].load(Ordering::Relaxed);
+        if now_ns < end {
+            self.w[S_END].store(now_ns, Ordering::Relaxed);
+        }
+    }
+
+    /// `(start, end)` once the supervisor said go.
+    pub fn started(&self) -> Option<(u64, u64)> {
+        (self.w[S_GO].load(Ordering::Acquire) == 1)
+            .then(|| (self.w[S_START].load(Ordering::Relaxed), self.w[S_END].load(Ordering::Relaxed)))
+    }
+
+    /// The current end (it moves forward on a stop).
+    pub fn end(&self) -> u64 {
+        self.w[S_END].load(Ordering::Relaxed)
+    }
+}
+
+/// The task's own view of its counters (single writer: plain stores, no read-modify-write on shared
+/// words).
+pub struct StatsWriter<'a> {
+    w: &'a [AtomicU64],
+    pub cycles: u64,
+    pub overruns: u64,
+    pub consec: u64,
+    pub longest: u64,
+    pub skipped: u64,
+    pub sent: u64,
+    pub send_fail: u64,
+    pub received: u64,
+    pub recv_lost: u64,
+    pub errors: u64,
+    pub late: u64,
+    pub watchdog_over: u64,
+    pub unchecked: u64,
+}
+
+fn stats_words<'a>(region: &RegionView<'a>, task: &str) -> Result<&'a [AtomicU64], AttachError> {
+    let w = region.raw(&stats_channel(task))?;
+    if w.len() < WORDS {
+        return Err(AttachError::Corrupt { channel: None, what: "task statistics channel too small" });
+    }
+    Ok(w)
+}
+
+impl<'a> StatsWriter<'a> {
+    /// Attaches and zeroes the counters.
+    pub fn attach(region: &RegionView<'a>, task: &str) -> Result<Self, AttachError> {
+        let w = stats_words(region, task)?;
+        for x in &w[..WORDS] {
+            x.store(0, Ordering::Relaxed);
+        }
+        Ok(StatsWriter {
+            w,
+            cycles: 0,
+            overruns: 0,
+            consec: 0,
+            longest: 0,
+            skipped: 0,
+            sent: 0,
+            send_fail: 0,
+            received: 0,
+            recv_lost: 0,
+            errors: 0,
+            late: 0,
+            watchdog_over: 0,
+            unchecked: 0,
+        })
+    }
+
+    /// Stores every counter (after each cycle).
+    #[inline]
+    pub fn publish(&self) {
+        let s = |i: usize, v: u64| self.w[i].store(v, Ordering::Relaxed);
+        s(W_OVERRUNS, self.overruns);
+        s(W_CONSEC, self.consec);
+        s(W_LONGEST, self.longest);
+        s(W_SKIPPED, self.skipped);
+        s(W_SENT, self.sent);
+        s(W_SEND_FAIL, self.send_fail);
+        s(W_RECEIVED, self.received);
+        s(W_RECV_LOST, self.recv_lost);
+        s(W_ERRORS, self.errors);
+        s(W_LATE, self.late);
+        s(W_WATCHDOG_OVER, self.watchdog_over);
+        s(W_UNCHECKED, self.unchecked);
+        self.w[W_CYCLES].store(self.cycles, Ordering::Release);
+    }
+
+    /// Counts one cycle's deadline verdict.
+    #[inline]
+    pub fn deadline(&mut self, overrun: bool) {
+        if overrun {
+            self.overruns += 1;
+            self.consec += 1;
+            self.longest = self.longest.max(self.consec);
+        } else {
+            self.consec = 0;
+        }
+    }
+
+    pub fn set_state(&self, s: TaskState) {
+        self.w[W_STATE].store(s as u64, Ordering::Release);
+    }
+
+    /// Final state with a message (truncated to [`MAX_MESSAGE`] bytes at a character boundary).
+    pub fn finish(&self, s: TaskState, message: &str) {
+        let mut n = message.len().min(MAX_MESSAGE);
+        while !message.is_char_boundary(n) {
+            n -= 1;
+        }
+        copy_to_words(&message.as_bytes()[..n], &self.w[W_MSG..]);
+        self.w[W_MSG_LEN].store(n as u64, Ordering::Relaxed);
+        self.publish();
+        self.set_state(s);
+    }
+
+    pub fn set_trip_cycle(&self, cycle: u64) {
+        self.w[W_TRIP_CYCLE].store(cycle + 1, Ordering::Relaxed);
+    }
+}
+
+/// A snapshot of a task's counters, as read by the supervisor.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskCounters {
+    /// `None` when the task wrote an impossible state.
+    pub state: Option<TaskState>,
+    pub cycles: u64,
+    pub overruns: u64,
+    pub consec: u64,
+    pub longest: u64,
+    pub skipped: u64,
+    pub sent: u64,
+    pub send_fail: u64,
+    pub received: u64,
+    pub recv_lost: u64,
+    pub errors: u64,
+    pub late: u64,
+    /// The cycle (0-based) at which the watchdog tripped.
+    pub trip_cycle: Option<u64>,
+    pub watchdog_over: u64,
+    pub unchecked: u64,
+    pub message: String,
+}
+
+/// Reads a task's counters (untrusted: states checked, the message length clamped).
+pub fn read_counters(region: &RegionView<'_>, task: &str) -> Result<TaskCounters, AttachError> {
+    let w = stats_words(region, task)?;
+    let r = |i: usize| w[i].load(Ordering::Relaxed);
+    let cycles = w[W_CYCLES].load(Ordering::Acquire);
+    let n = (r(W_MSG_LEN) as usize).min(MAX_MESSAGE);
+    let mut buf = [0u8; MAX_MESSAGE];
+    copy_from_words(&w[W_MSG..], &mut buf[..n]);
+    Ok(TaskCounters {
+        state: TaskState::from_u64(w[W_STATE].load(Ordering::Acquire)),
+        cycles,
+        overruns: r(W_OVERRUNS),
+        consec: r(W_CONSEC),
+        longest: r(W_LONGEST),
+        skipped: r(W_SKIPPED),
+        sent: r(W_SENT),
+        send_fail: r(W_SEND_FAIL),
+        received: r(W_RECEIVED),
+        recv_lost: r(W_RECV_LOST),
+        errors: r(W_ERRORS),
+        late: r(W_LATE),
+        trip_cycle: r(W_TRIP_CYCLE).checked_sub(1),
+        watchdog_over: r(W_WATCHDOG_OVER),
+        unchecked: r(W_UNCHECKED),
+        message: String::from_utf8_lossy(&buf[..n]).into_owned(),
+    })
+}
+
+/// Reads one of a task's histograms.
+pub fn read_histogram<'a>(
+    region: &RegionView<'a>,
+    channel: &str,
+) -> Result<rtcell_shm::histogram::HistogramReader<'a>, String> {
+    let w = region.raw(channel).map_err(|e| format!("{channel}: {e}"))?;
+    rtcell_shm::histogram::HistogramReader::read(w).map_err(|e| format!("{channel}: {e}"))
+}

@@ -1,0 +1,391 @@
+//! The workloads of one cycle, prepared once (channels attached, busy loop calibrated, file opened)
+//! before the task reports ready, so the cycle itself only computes and touches shared memory.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+
+use rtcell_control::offload::{Reply, Request};
+use rtcell_host::tsc::rdtsc_ordered;
+use rtcell_shm::{Consumer, Producer, RecvError, RegionView, SendError, SignalView};
+
+use crate::clock::mono_ns;
+use crate::dynamics::{DOF, GRAVITY, PUMA560, inverse_dynamics, quintic};
+use crate::spec::{COMMAND_VALUES, Inject, MIN_FRAME_BYTES, SETPOINT_VALUES, TORQUE_VALUES, TaskSpec, TaskWork};
+use crate::stats::{StatsWriter, read_counters, read_histogram};
+
+/// Most f64 values a signal written or read by a task may hold.
+pub const MAX_SIGNAL_VALUES: usize = 64;
+
+/// Writes `values` (little-endian f64) to `sig`.
+pub fn write_f64s(sig: &SignalView<'_>, values: &[f64]) -> Result<(), String> {
+    let n = values.len().min(MAX_SIGNAL_VALUES);
+    let mut buf = [0u8; MAX_SIGNAL_VALUES * 8];
+    for (chunk, v) in buf.chunks_exact_mut(8).zip(&values[..n]) {
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+    sig.write(&buf[..n * 8]).map_err(|e| format!("signal write: {e:?}"))
+}
+
+/// Reads up to `out.len()` f64 values from `sig`; returns how many it held (0 if never written).
+pub fn read_f64s(sig: &SignalView<'_>, out: &mut [f64]) -> Result<usize, String> {
+    let mut buf = [0u8; MAX_SIGNAL_VALUES * 8];
+    let mut seen = 0u64;
+    let (len, _) = sig.read(&mut buf, &mut seen).map_err(|e| format!("signal read: {e:?}"))?;
+    let n = (len / 8).min(out.len());
+    for (slot, chunk) in out.iter_mut().zip(buf[..n * 8].chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *slot = f64::from_le_bytes(b);
+    }
+    Ok(n)
+}
+
+/// The calibrated busy loop: a dependent chain of integer operations the compiler cannot drop.
+#[inline(never)]
+pub fn busy(iterations: u64) -> u64 {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..iterations {
+        x = (x.rotate_left(7) ^ i).wrapping_mul(0x2545_f491_4f6c_dd1d);
+    }
+    std::hint::black_box(x)
+}
+
+/// Busy-loop iterations per microsecond on this CPU, from the fastest of several short timed runs
+/// (the fastest is the one nothing preempted).
+pub fn calibrate_busy(ns_per_tick: f64) -> f64 {
+    const N: u64 = 20_000;
+    let mut best = u64::MAX;
+    for _ in 0..40 {
+        let t0 = rdtsc_ordered();
+        busy(N);
+        let t1 = rdtsc_ordered();
+        best = best.min(t1.wrapping_sub(t0).max(1));
+    }
+    let ns = best as f64 * ns_per_tick;
+    if ns > 0.0 { N as f64 * 1000.0 / ns } else { 1000.0 }
+}
+
+fn signal<'a>(region: &RegionView<'a>, name: &str) -> Result<SignalView<'a>, String> {
+    region.signal(name).map_err(|e| format!("signal {name:?}: {e}"))
+}
+
+/// A cycle's body with everything it needs.
+pub enum Body<'a> {
+    Spin { iters_per_us: f64, us: f64, inject: Option<Inject>, out: Option<SignalView<'a>> },
+    Trajectory { from: f64, to: f64, move_s: f64, out: SignalView<'a> },
+    InverseDynamics { setpoint: SignalView<'a>, out: SignalView<'a> },
+    Drive { setpoint: SignalView<'a>, torque: SignalView<'a>, out: SignalView<'a>, iters: u64 },
+    Log(Box<LogBody<'a>>),
+    Master(Box<MasterBody<'a>>),
+}
+
+pub struct LogBody<'a> {
+    out: BufWriter<File>,
+    path: String,
+    region: RegionView<'a>,
+    signals: Vec<(String, SignalView<'a>, usize)>,
+    tasks: Vec<String>,
+    line: String,
+}
+
+pub struct MasterBody<'a> {
+    request: Producer<'a>,
+    reply: Consumer<'a>,
+    r: Vec<f64>,
+    y: Vec<f64>,
+    u: Vec<f64>,
+    seq: u64,
+    /// Every request of the current pass reached the cell, so its replies can be checked.
+    intact: bool,
+}
+
+/// Frames on a task's `send` / `recv` rings.
+pub struct Frames<'a> {
+    send: Option<Producer<'a>>,
+    recv: Option<Consumer<'a>>,
+    frame: Vec<u8>,
+    buf: Vec<u8>,
+    send_seq: u64,
+    expect_seq: u64,
+}
+
+impl<'a> Frames<'a> {
+    pub fn new(spec: &TaskSpec, region: &RegionView<'a>) -> Result<Self, String> {
+        let send = match &spec.send {
+            Some(n) => Some(region.ring(n).map_err(|e| format!("ring {n:?}: {e}"))?.producer()),
+            None => None,
+        };
+        let recv = match &spec.recv {
+            Some(n) => Some(region.ring(n).map_err(|e| format!("ring {n:?}: {e}"))?.consumer()),
+            None => None,
+        };
+        let max = recv.as_ref().map_or(0, |c| c.view().config().max_frame as usize);
+        Ok(Frames {
+            send,
+            recv,
+            frame: vec![0u8; spec.frame_bytes.max(MIN_FRAME_BYTES) as usize],
+            buf: vec![0u8; max.max(MIN_FRAME_BYTES as usize)],
+            send_seq: 0,
+            expect_seq: 0,
+        })
+    }
+
+    /// One frame out (sequence number, TSC, a value) and everything queued in.
+    #[inline]
+    pub fn exchange(&mut self, value: f64, stats: &mut StatsWriter<'_>) -> Result<(), String> {
+        if let Some(p) = &mut self.send {
+            self.frame[0..8].copy_from_slice(&self.send_seq.to_le_bytes());
+            self.frame[8..16].copy_from_slice(&rtcell_host::tsc::rdtsc().to_le_bytes());
+            self.frame[16..24].copy_from_slice(&value.to_le_bytes());
+            self.send_seq += 1;
+            match p.try_send(&self.frame) {
+                Ok(()) => stats.sent += 1,
+                Err(SendError::Full) => stats.send_fail += 1,
+                Err(e) => return Err(format!("send: {e:?}")),
+            }
+        }
+        if let Some(c) = &mut self.recv {
+            loop {
+                match c.try_recv(&mut self.buf) {
+                    Ok(n) => {
+                        stats.received += 1;
+                        if n >= 8 {
+                            let mut b = [0u8; 8];
+                            b.copy_from_slice(&self.buf[..8]);
+                            let seq = u64::from_le_bytes(b);
+                            stats.recv_lost += seq.saturating_sub(self.expect_seq);
+                            self.expect_seq = seq.max(self.expect_seq) + 1;
+                        }
+                    }
+                    Err(RecvError::Empty) => break,
+                    Err(e) => return Err(format!("receive: {e:?}")),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a body needs to know about the cycle it runs.
+pub struct CycleInfo {
+    /// 0-based cycle index.
+    pub k: u64,
+    /// Intended release, seconds since the start.
+    pub t_s: f64,
+    /// Absolute deadline (CLOCK_MONOTONIC ns).
+    pub deadline_ns: u64,
+}
+
+impl<'a> Body<'a> {
+    /// Prepares the body of `spec` (channels attached, calibration done, files opened).
+    pub fn prepare(spec: &TaskSpec, region: &RegionView<'a>, ns_per_tick: f64) -> Result<Self, String> {
+        let out = match &spec.output {
+            Some(n) => Some(signal(region, n)?),
+            None => None,
+        };
+        let need_out = |what: &str| out.ok_or_else(|| format!("{what} task needs an output signal"));
+        Ok(match &spec.work {
+            TaskWork::Spin { us, inject } => {
+                Body::Spin { iters_per_us: calibrate_busy(ns_per_tick), us: *us, inject: *inject, out }
+            }
+            TaskWork::Trajectory { from_deg, to_deg, move_s } => Body::Trajectory {
+                from: from_deg.to_radians(),
+                to: to_deg.to_radians(),
+                move_s: *move_s,
+                out: need_out("a trajectory")?,
+            },
+            TaskWork::InverseDynamics { setpoint } => {
+                Body::InverseDynamics { setpoint: signal(region, setpoint)?, out: need_out("an inverse_dynamics")? }
+            }
+            TaskWork::Drive { setpoint, torque, us } => Body::Drive {
+                setpoint: signal(region, setpoint)?,
+                torque: signal(region, torque)?,
+                out: need_out("a drive")?,
+                iters: (calibrate_busy(ns_per_tick) * us).round() as u64,
+            },
+            TaskWork::Log { file, signals, tasks } => {
+                let f = File::create(file).map_err(|e| format!("log file {file}: {e}"))?;
+                let mut sigs = Vec::new();
+                for s in signals {
+                    let v = signal(region, s)?;
+                    sigs.push((s.clone(), v, v.capacity() / 8));
+                }
+                for t in tasks {
+                    read_counters(region, t).map_err(|e| format!("log: task {t:?}: {e}"))?;
+                }
+                let mut header = String::from("t_s");
+                for (name, _, n) in &sigs {
+                    for i in 0..*n {
+                        header.push_str(&format!(",{name}[{i}]"));
+                    }
+                }
+                for t in tasks {
+                    header.push_str(&format!(",{t}.cycles,{t}.overruns,{t}.latency_max_us"));
+                }
+                let mut out = BufWriter::new(f);
+                writeln!(out, "{header}").map_err(|e| format!("log file {file}: {e}"))?;
+                out.flush().map_err(|e| format!("log file {file}: {e}"))?;
+                Body::Log(Box::new(LogBody {
+                    out,
+                    path: file.clone(),
+                    region: *region,
+                    signals: sigs,
+                    tasks: tasks.clone(),
+                    line: String::with_capacity(4096),
+                }))
+            }
+            TaskWork::Master { request, reply } => {
+                let data = rtcell_control::reference::shipped().map_err(|e| format!("reference data: {e}"))?;
+                if data.r.is_empty() || data.r.len() != data.y.len() || data.r.len() != data.u.len() {
+                    return Err("reference data: empty or of unequal lengths".into());
+                }
+                Body::Master(Box::new(MasterBody {
+                    request: region.ring(request).map_err(|e| format!("ring {request:?}: {e}"))?.producer(),
+                    reply: region.ring(reply).map_err(|e| format!("ring {reply:?}: {e}"))?.consumer(),
+                    r: data.r,
+                    y: data.y,
+                    u: data.u,
+                    seq: 0,
+                    intact: true,
+                }))
+            }
+        })
+    }
+
+    /// Runs one cycle; returns the value a frame of this cycle carries.
+    pub fn cycle(&mut self, c: &CycleInfo, stats: &mut StatsWriter<'_>) -> Result<f64, String> {
+        match self {
+            Body::Spin { iters_per_us, us, inject, out } => {
+                let len = match inject {
+                    Some(i) if c.k >= i.at_cycle && c.k - i.at_cycle < i.cycles => i.us,
+                    _ => *us,
+                };
+                busy((*iters_per_us * len).round() as u64);
+                if let Some(o) = out {
+                    write_f64s(o, &[c.k as f64])?;
+                }
+                // A 1 kHz ramp of 4 V peak to peak (seed 003's test signal), sampled at the release.
+                Ok(4.0 * (c.t_s * 1000.0).fract() - 2.0)
+            }
+            Body::Trajectory { from, to, move_s, out } => {
+                // Out and back, each way in move_s, forever.
+                let span = 2.0 * *move_s;
+                let phase = if span > 0.0 { c.t_s % span } else { 0.0 };
+                let (p, v, a) = if phase < *move_s {
+                    quintic(*from, *to, *move_s, phase)
+                } else {
+                    quintic(*to, *from, *move_s, phase - *move_s)
+                };
+                let mut sp = [0.0; SETPOINT_VALUES];
+                for j in 0..DOF {
+                    sp[j] = p;
+                    sp[DOF + j] = v;
+                    sp[2 * DOF + j] = a;
+                }
+                write_f64s(out, &sp)?;
+                Ok(p)
+            }
+            Body::InverseDynamics { setpoint, out } => {
+                let mut sp = [0.0; SETPOINT_VALUES];
+                read_f64s(setpoint, &mut sp)?;
+                let mut q = [0.0; DOF];
+                let mut qd = [0.0; DOF];
+                let mut qdd = [0.0; DOF];
+                q.copy_from_slice(&sp[..DOF]);
+                qd.copy_from_slice(&sp[DOF..2 * DOF]);
+                qdd.copy_from_slice(&sp[2 * DOF..]);
+                let tau = inverse_dynamics(&PUMA560, &q, &qd, &qdd, GRAVITY);
+                write_f64s(out, &tau)?;
+                Ok(tau[1])
+            }
+            Body::Drive { setpoint, torque, out, iters } => {
+                let mut sp = [0.0; SETPOINT_VALUES];
+                let mut tau = [0.0; TORQUE_VALUES];
+                read_f64s(setpoint, &mut sp)?;
+                read_f64s(torque, &mut tau)?;
+                busy(*iters);
+                let mut cmd = [0.0; COMMAND_VALUES];
+                cmd[..DOF].copy_from_slice(&sp[..DOF]);
+                cmd[DOF..].copy_from_slice(&tau);
+                write_f64s(out, &cmd)?;
+                Ok(cmd[0])
+            }
+            Body::Log(l) => {
+                l.line.clear();
+                l.line.push_str(&format!("{:.6}", c.t_s));
+                let mut vals = [0.0; MAX_SIGNAL_VALUES];
+                for (_, sig, n) in &l.signals {
+                    let n = (*n).min(MAX_SIGNAL_VALUES);
+                    let got = read_f64s(sig, &mut vals[..n])?;
+                    for v in &vals[..n] {
+                        if got == 0 {
+                            l.line.push(',');
+                        } else {
+                            l.line.push_str(&format!(",{v}"));
+                        }
+                    }
+                }
+                for t in &l.tasks {
+                    let cnt = read_counters(&l.region, t).map_err(|e| format!("log: task {t:?}: {e}"))?;
+                    let lat = read_histogram(&l.region, &crate::stats::latency_channel(t))
+                        .ok()
+                        .and_then(|h| h.max())
+                        .map_or(String::new(), |ns| format!("{:.3}", ns as f64 / 1e3));
+                    l.line.push_str(&format!(",{},{},{lat}", cnt.cycles, cnt.overruns));
+                }
+                l.line.push('\n');
+                l.out.write_all(l.line.as_bytes()).map_err(|e| format!("log file {}: {e}", l.path))?;
+                l.out.flush().map_err(|e| format!("log file {}: {e}", l.path))?;
+                Ok(0.0)
+            }
+            Body::Master(m) => {
+                let n = m.r.len() as u64;
+                let idx = (m.seq % n) as usize;
+                let req = Request { seq: m.seq, reset: idx == 0, probe: false, r: m.r[idx], y: m.y[idx] };
+                m.seq += 1;
+                if idx == 0 {
+                    m.intact = true;
+                }
+                match m.request.try_send(&req.encode()) {
+                    Ok(()) => stats.sent += 1,
+                    Err(SendError::Full) => {
+                        // The cell never sees this step: its state leaves the reference until the next
+                        // pass starts with a reset.
+                        stats.send_fail += 1;
+                        m.intact = false;
+                        return Ok(0.0);
+                    }
+                    Err(e) => return Err(format!("master: send: {e:?}")),
+                }
+                let mut buf = [0u8; rtcell_control::offload::MESSAGE_BYTES];
+                let mut polls: u32 = 0;
+                loop {
+                    match m.reply.try_recv(&mut buf) {
+                        Ok(len) => match Reply::decode(&buf[..len]) {
+                            Some(rep) if rep.seq == req.seq => {
+                                stats.received += 1;
+                                if !m.intact {
+                                    stats.unchecked += 1;
+                                } else if rep.u != m.u[idx].to_bits() {
+                                    stats.errors += 1;
+                                }
+                                return Ok(f64::from_bits(rep.u));
+                            }
+                            Some(rep) if rep.seq < req.seq => stats.late += 1,
+                            _ => stats.errors += 1,
+                        },
+                        Err(RecvError::Empty) => {
+                            polls = polls.wrapping_add(1);
+                            if polls % 16 == 0 && mono_ns() > c.deadline_ns {
+                                stats.recv_lost += 1;
+                                return Ok(0.0);
+                            }
+                            core::hint::spin_loop();
+                        }
+                        Err(e) => return Err(format!("master: receive: {e:?}")),
+                    }
+                }
+            }
+        }
+    }
+}
