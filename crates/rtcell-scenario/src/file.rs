@@ -18,7 +18,12 @@ pub struct Diag {
 }
 
 impl Diag {
-    pub fn new(line: Option<usize>, path: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) -> Diag {
+    pub fn new(
+        line: Option<usize>,
+        path: impl Into<String>,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Diag {
         Diag { line, path: path.into(), message: message.into(), fix: fix.into() }
     }
 
@@ -138,12 +143,34 @@ fn one() -> u64 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum RawWork {
-    Spin { us: f64, inject: Option<RawInject> },
-    Trajectory { from_deg: f64, to_deg: f64, move_s: f64 },
-    InverseDynamics { setpoint: String },
-    Drive { setpoint: String, torque: String, us: f64 },
-    Log { file: String, #[serde(default)] signals: Vec<String>, #[serde(default)] tasks: Vec<String> },
-    Master { request: String, reply: String },
+    Spin {
+        us: f64,
+        inject: Option<RawInject>,
+    },
+    Trajectory {
+        from_deg: f64,
+        to_deg: f64,
+        move_s: f64,
+    },
+    InverseDynamics {
+        setpoint: String,
+    },
+    Drive {
+        setpoint: String,
+        torque: String,
+        us: f64,
+    },
+    Log {
+        file: String,
+        #[serde(default)]
+        signals: Vec<String>,
+        #[serde(default)]
+        tasks: Vec<String>,
+    },
+    Master {
+        request: String,
+        reply: String,
+    },
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -281,7 +308,12 @@ pub fn diag_from_toml(err: &toml::de::Error, spans: &Spans, text: &str) -> Diag 
             })
             .map(|(p, _)| p.clone())
             .unwrap_or(if path.is_empty() { field.clone() } else { format!("{path}.{field}") });
-        return Diag::new(line, path, format!("unknown key `{field}`"), format!("remove it or fix its spelling (expected {known})"));
+        return Diag::new(
+            line,
+            path,
+            format!("unknown key `{field}`"),
+            format!("remove it or fix its spelling (expected {known})"),
+        );
     }
     if msg.starts_with("missing field") {
         let field = between(&msg, '`', '`').unwrap_or_default();
@@ -297,7 +329,12 @@ pub fn diag_from_toml(err: &toml::de::Error, spans: &Spans, text: &str) -> Diag 
     }
     if err.span().is_some() && spans.keys.is_empty() {
         // The text itself is not TOML.
-        return Diag::new(line, "", format!("syntax error: {}", msg.replace('\n', " ")), "fix the TOML syntax at that line");
+        return Diag::new(
+            line,
+            "",
+            format!("syntax error: {}", msg.replace('\n', " ")),
+            "fix the TOML syntax at that line",
+        );
     }
     Diag::new(line, path, msg.replace('\n', " "), "see the scenario format in the README")
 }

@@ -269,12 +269,20 @@ impl Validator<'_> {
                 None => None,
                 Some(f) => match f.parse::<CellKind>() {
                     Ok(CellKind::Kvm) | Err(_) => {
-                        self.err(&format!("{p}.fallback"), format!("fallback {f:?} is not a host cell kind"), "fallback = \"thread\" or \"process\"");
+                        self.err(
+                            &format!("{p}.fallback"),
+                            format!("fallback {f:?} is not a host cell kind"),
+                            "fallback = \"thread\" or \"process\"",
+                        );
                         None
                     }
                     Ok(k) => {
                         if requested != Some(CellKind::Kvm) {
-                            self.err(&format!("{p}.fallback"), "a fallback applies only to a kvm cell", "remove it, or make the cell kind = \"kvm\"");
+                            self.err(
+                                &format!("{p}.fallback"),
+                                "a fallback applies only to a kvm cell",
+                                "remove it, or make the cell kind = \"kvm\"",
+                            );
                         }
                         Some(k)
                     }
@@ -282,19 +290,31 @@ impl Validator<'_> {
             };
             let role = match (&c.service, &c.payload) {
                 (Some(_), Some(_)) => {
-                    self.err(&format!("{p}.payload"), "a cell runs a service or a payload, not both", "remove one of them");
+                    self.err(
+                        &format!("{p}.payload"),
+                        "a cell runs a service or a payload, not both",
+                        "remove one of them",
+                    );
                     CellRole::Tasks
                 }
                 (Some(RawService::Controller { request, reply, precision }), None) => {
                     let precision = precision.clone().unwrap_or_else(|| "f64".into());
                     if precision.parse::<rtcell_control::offload::Precision>().is_err() {
-                        self.err(&format!("{p}.service.precision"), format!("unknown precision {precision:?}"), "precision = \"f64\", \"f32\" or \"q31\"");
+                        self.err(
+                            &format!("{p}.service.precision"),
+                            format!("unknown precision {precision:?}"),
+                            "precision = \"f64\", \"f32\" or \"q31\"",
+                        );
                     }
                     CellRole::Controller { request: request.clone(), reply: reply.clone(), precision }
                 }
                 (None, Some(payload)) => {
                     if requested.is_some() && requested != Some(CellKind::Kvm) {
-                        self.err(&format!("{p}.payload"), "payloads run only in kvm cells", "make the cell kind = \"kvm\", or give it tasks");
+                        self.err(
+                            &format!("{p}.payload"),
+                            "payloads run only in kvm cells",
+                            "make the cell kind = \"kvm\", or give it tasks",
+                        );
                     }
                     if !host.payloads.iter().any(|x| x == payload) {
                         self.err(
@@ -304,9 +324,17 @@ impl Validator<'_> {
                         );
                     }
                     if fallback.is_some() {
-                        self.err(&format!("{p}.fallback"), "a payload cannot fall back to a host cell", "remove the fallback");
+                        self.err(
+                            &format!("{p}.fallback"),
+                            "a payload cannot fall back to a host cell",
+                            "remove the fallback",
+                        );
                     }
-                    CellRole::Payload { payload: payload.clone(), args: c.args.clone().unwrap_or_default(), writes: c.writes.clone() }
+                    CellRole::Payload {
+                        payload: payload.clone(),
+                        args: c.args.clone().unwrap_or_default(),
+                        writes: c.writes.clone(),
+                    }
                 }
                 (None, None) => CellRole::Tasks,
             };
@@ -329,7 +357,14 @@ impl Validator<'_> {
                     ),
                 }
             }
-            cells.push(PlanCell { name: cname.clone(), kind, requested: requested.unwrap_or(kind), cpu: c.cpu, priority, role });
+            cells.push(PlanCell {
+                name: cname.clone(),
+                kind,
+                requested: requested.unwrap_or(kind),
+                cpu: c.cpu,
+                priority,
+                role,
+            });
         }
 
         // Channels and signals.
@@ -352,7 +387,12 @@ impl Validator<'_> {
                     "frame_bytes = 64",
                 );
             }
-            channels.push(PlanChannel { name: n.clone(), frames: ch.capacity, frame_bytes: ch.frame_bytes, sink: false });
+            channels.push(PlanChannel {
+                name: n.clone(),
+                frames: ch.capacity,
+                frame_bytes: ch.frame_bytes,
+                sink: false,
+            });
         }
         let mut signals = Vec::new();
         for (n, s) in &raw.signals {
@@ -366,7 +406,8 @@ impl Validator<'_> {
             signals.push(PlanSignal { name: n.clone(), values: s.values });
         }
         let signal_values: BTreeMap<&str, u32> = raw.signals.iter().map(|(k, v)| (k.as_str(), v.values)).collect();
-        let channel_bytes: BTreeMap<&str, u32> = raw.channels.iter().map(|(k, v)| (k.as_str(), v.frame_bytes)).collect();
+        let channel_bytes: BTreeMap<&str, u32> =
+            raw.channels.iter().map(|(k, v)| (k.as_str(), v.frame_bytes)).collect();
 
         // Endpoints of each ring: (producer, consumer).
         let mut producers: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
@@ -374,8 +415,14 @@ impl Validator<'_> {
         for c in &cells {
             let p = format!("cells.{}", c.name);
             if let CellRole::Controller { request, reply, .. } = &c.role {
-                consumers.entry(request.clone()).or_default().push((format!("cell {:?}", c.name), format!("{p}.service.request")));
-                producers.entry(reply.clone()).or_default().push((format!("cell {:?}", c.name), format!("{p}.service.reply")));
+                consumers
+                    .entry(request.clone())
+                    .or_default()
+                    .push((format!("cell {:?}", c.name), format!("{p}.service.request")));
+                producers
+                    .entry(reply.clone())
+                    .or_default()
+                    .push((format!("cell {:?}", c.name), format!("{p}.service.reply")));
             }
         }
 
@@ -392,7 +439,11 @@ impl Validator<'_> {
                 || tname.len() > MAX_TASK_NAME
                 || !tname.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             {
-                self.err(&p, format!("task name {tname:?} must be 1 to {MAX_TASK_NAME} letters, digits, '_' or '-'"), "rename the task");
+                self.err(
+                    &p,
+                    format!("task name {tname:?} must be 1 to {MAX_TASK_NAME} letters, digits, '_' or '-'"),
+                    "rename the task",
+                );
             }
             let cpu = if t.cell == LINUX {
                 master_cpu
@@ -400,7 +451,11 @@ impl Validator<'_> {
                 match cell_by_name.get(t.cell.as_str()) {
                     None => {
                         let known: Vec<&str> = cell_by_name.keys().copied().chain([LINUX]).collect();
-                        self.err(&format!("{p}.cell"), format!("no cell named {:?}", t.cell), format!("use one of: {}", known.join(", ")));
+                        self.err(
+                            &format!("{p}.cell"),
+                            format!("no cell named {:?}", t.cell),
+                            format!("use one of: {}", known.join(", ")),
+                        );
                         master_cpu
                     }
                     Some(c) => {
@@ -411,22 +466,38 @@ impl Validator<'_> {
                                 "put the task in a thread or process cell, or on the Linux side (cell = \"linux\")",
                             );
                         } else if c.role != CellRole::Tasks {
-                            self.err(&format!("{p}.cell"), format!("cell {:?} runs a service or a payload, not tasks", t.cell), "put the task in another cell");
+                            self.err(
+                                &format!("{p}.cell"),
+                                format!("cell {:?} runs a service or a payload, not tasks", t.cell),
+                                "put the task in another cell",
+                            );
                         }
                         c.cpu
                     }
                 }
             };
             if t.period_us == 0 {
-                self.err(&format!("{p}.period_us"), "period must be > 0", "set a period in microseconds, e.g. period_us = 1000");
+                self.err(
+                    &format!("{p}.period_us"),
+                    "period must be > 0",
+                    "set a period in microseconds, e.g. period_us = 1000",
+                );
             }
             let period_us = t.period_us.max(1);
             if t.offset_us >= period_us && t.period_us > 0 {
-                self.err(&format!("{p}.offset_us"), format!("offset {} us is not below the period {period_us} us", t.offset_us), "use an offset between 0 and the period");
+                self.err(
+                    &format!("{p}.offset_us"),
+                    format!("offset {} us is not below the period {period_us} us", t.offset_us),
+                    "use an offset between 0 and the period",
+                );
             }
             let deadline_us = t.deadline_us.unwrap_or(period_us);
             if deadline_us == 0 {
-                self.err(&format!("{p}.deadline_us"), "deadline must be > 0", "leave it out (deadline = period) or set deadline_us > 0");
+                self.err(
+                    &format!("{p}.deadline_us"),
+                    "deadline must be > 0",
+                    "leave it out (deadline = period) or set deadline_us > 0",
+                );
             } else if deadline_us > period_us {
                 self.err(
                     &format!("{p}.deadline_us"),
@@ -435,35 +506,56 @@ impl Validator<'_> {
                 );
             }
             if !(1..=99).contains(&t.priority) {
-                self.err(&format!("{p}.priority"), format!("priority {} is outside 1..=99 (SCHED_FIFO)", t.priority), "priority = 80");
+                self.err(
+                    &format!("{p}.priority"),
+                    format!("priority {} is outside 1..=99 (SCHED_FIFO)", t.priority),
+                    "priority = 80",
+                );
             }
             let missed = match t.on_overrun.as_deref() {
                 None | Some("skip") => MissedPolicy::Skip,
                 Some("run_at_once") => MissedPolicy::RunAtOnce,
                 Some(o) => {
-                    self.err(&format!("{p}.on_overrun"), format!("unknown policy {o:?}"), "on_overrun = \"skip\" or \"run_at_once\"");
+                    self.err(
+                        &format!("{p}.on_overrun"),
+                        format!("unknown policy {o:?}"),
+                        "on_overrun = \"skip\" or \"run_at_once\"",
+                    );
                     MissedPolicy::Skip
                 }
             };
             let watchdog = t.watchdog.as_ref().map(|w| {
                 if w.time_us == 0 {
-                    self.err(&format!("{p}.watchdog.time_us"), "watchdog time must be > 0", "time_us = the period, e.g. time_us = 1000");
+                    self.err(
+                        &format!("{p}.watchdog.time_us"),
+                        "watchdog time must be > 0",
+                        "time_us = the period, e.g. time_us = 1000",
+                    );
                 }
                 if w.sensitivity == 0 {
                     self.err(&format!("{p}.watchdog.sensitivity"), "sensitivity must be at least 1", "sensitivity = 3");
                 }
                 Watchdog { time_ns: us_to_ns(w.time_us), sensitivity: w.sensitivity.max(1) }
             });
-            let check_signal = |v: &mut Self, field: &str, name: &str, need: Option<usize>| match signal_values.get(name) {
-                None => v.err(&format!("{p}.{field}"), format!("no signal named {name:?}"), format!("declare it: [signals.{name}] values = {}", need.unwrap_or(1))),
-                Some(&have) => {
-                    if let Some(need) = need
-                        && (have as usize) < need
-                    {
-                        v.err(&format!("{p}.{field}"), format!("signal {name:?} holds {have} values, this needs {need}"), format!("set [signals.{name}] values = {need}"));
+            let check_signal =
+                |v: &mut Self, field: &str, name: &str, need: Option<usize>| match signal_values.get(name) {
+                    None => v.err(
+                        &format!("{p}.{field}"),
+                        format!("no signal named {name:?}"),
+                        format!("declare it: [signals.{name}] values = {}", need.unwrap_or(1)),
+                    ),
+                    Some(&have) => {
+                        if let Some(need) = need
+                            && (have as usize) < need
+                        {
+                            v.err(
+                                &format!("{p}.{field}"),
+                                format!("signal {name:?} holds {have} values, this needs {need}"),
+                                format!("set [signals.{name}] values = {need}"),
+                            );
+                        }
                     }
-                }
-            };
+                };
             let mut needs_output: Option<usize> = None;
             let (work, estimate) = match &t.workload {
                 RawWork::Spin { us, inject } => {
@@ -497,21 +589,36 @@ impl Validator<'_> {
                         self.err(&format!("{p}.workload.us"), "bus time must be >= 0", "us = 20");
                     }
                     needs_output = Some(COMMAND_VALUES);
-                    (TaskWork::Drive { setpoint: setpoint.clone(), torque: torque.clone(), us: us.max(0.0) }, us.max(0.0) + 2.0)
+                    (
+                        TaskWork::Drive { setpoint: setpoint.clone(), torque: torque.clone(), us: us.max(0.0) },
+                        us.max(0.0) + 2.0,
+                    )
                 }
                 RawWork::Log { file, signals: sigs, tasks: logged } => {
                     if t.cell != LINUX {
-                        self.err(&format!("{p}.cell"), "a log task writes a file: it runs only on the Linux side", "cell = \"linux\"");
+                        self.err(
+                            &format!("{p}.cell"),
+                            "a log task writes a file: it runs only on the Linux side",
+                            "cell = \"linux\"",
+                        );
                     }
                     if file.is_empty() || Path::new(file).is_absolute() || file.split('/').any(|c| c == "..") {
-                        self.err(&format!("{p}.workload.file"), format!("log file {file:?} must be a relative path inside the results directory"), "file = \"motion.log\"");
+                        self.err(
+                            &format!("{p}.workload.file"),
+                            format!("log file {file:?} must be a relative path inside the results directory"),
+                            "file = \"motion.log\"",
+                        );
                     }
                     for s in sigs {
                         check_signal(self, "workload.signals", s, None);
                     }
                     for lt in logged {
                         if !raw.tasks.contains_key(lt) {
-                            self.err(&format!("{p}.workload.tasks"), format!("no task named {lt:?}"), "list tasks of this scenario");
+                            self.err(
+                                &format!("{p}.workload.tasks"),
+                                format!("no task named {lt:?}"),
+                                "list tasks of this scenario",
+                            );
                         }
                     }
                     (TaskWork::Log { file: file.clone(), signals: sigs.clone(), tasks: logged.clone() }, 50.0)
@@ -528,8 +635,14 @@ impl Validator<'_> {
                             Some(_) => {}
                         }
                     }
-                    producers.entry(request.clone()).or_default().push((format!("task {tname:?}"), format!("{p}.workload.request")));
-                    consumers.entry(reply.clone()).or_default().push((format!("task {tname:?}"), format!("{p}.workload.reply")));
+                    producers
+                        .entry(request.clone())
+                        .or_default()
+                        .push((format!("task {tname:?}"), format!("{p}.workload.request")));
+                    consumers
+                        .entry(reply.clone())
+                        .or_default()
+                        .push((format!("task {tname:?}"), format!("{p}.workload.reply")));
                     if !cells.iter().any(|c| matches!(&c.role, CellRole::Controller { request: r, reply: q, .. } if r == request && q == reply)) {
                         self.err(
                             &format!("{p}.workload"),
@@ -544,34 +657,62 @@ impl Validator<'_> {
                 (Some(o), need) => {
                     check_signal(self, "output", o, need);
                     if let Some(prev) = outputs.insert(o.clone(), tname.clone()) {
-                        self.err(&format!("{p}.output"), format!("task {prev:?} already writes signal {o:?} (a signal has one writer)"), "give each task its own output signal");
+                        self.err(
+                            &format!("{p}.output"),
+                            format!("task {prev:?} already writes signal {o:?} (a signal has one writer)"),
+                            "give each task its own output signal",
+                        );
                     }
                 }
-                (None, Some(n)) => self.err(&format!("{p}.output"), format!("a {} task writes its result to an output signal", work.kind()), format!("add output = \"<signal of {n} values>\"")),
+                (None, Some(n)) => self.err(
+                    &format!("{p}.output"),
+                    format!("a {} task writes its result to an output signal", work.kind()),
+                    format!("add output = \"<signal of {n} values>\""),
+                ),
                 (None, None) => {}
             }
             let safe_value = t.safe_value.clone().unwrap_or_default();
             if !safe_value.is_empty() {
                 if t.output.is_none() {
-                    self.err(&format!("{p}.safe_value"), "a safe value needs an output signal to be written to", "add output = \"<signal>\" or remove safe_value");
+                    self.err(
+                        &format!("{p}.safe_value"),
+                        "a safe value needs an output signal to be written to",
+                        "add output = \"<signal>\" or remove safe_value",
+                    );
                 }
                 if safe_value.iter().any(|v| !v.is_finite()) {
-                    self.err(&format!("{p}.safe_value"), "safe values must be finite numbers", "e.g. safe_value = [0.0]");
+                    self.err(
+                        &format!("{p}.safe_value"),
+                        "safe values must be finite numbers",
+                        "e.g. safe_value = [0.0]",
+                    );
                 }
                 if let Some(o) = &t.output
                     && let Some(&n) = signal_values.get(o.as_str())
                     && safe_value.len() > n as usize
                 {
-                    self.err(&format!("{p}.safe_value"), format!("{} values, but signal {o:?} holds {n}", safe_value.len()), format!("give at most {n} values"));
+                    self.err(
+                        &format!("{p}.safe_value"),
+                        format!("{} values, but signal {o:?} holds {n}", safe_value.len()),
+                        format!("give at most {n} values"),
+                    );
                 }
             }
             if t.safe_value.is_some() && t.watchdog.is_none() {
-                self.err(&format!("{p}.safe_value"), "a safe value is written when the watchdog trips, and this task has none", "add watchdog = { time_us = ..., sensitivity = ... }");
+                self.err(
+                    &format!("{p}.safe_value"),
+                    "a safe value is written when the watchdog trips, and this task has none",
+                    "add watchdog = { time_us = ..., sensitivity = ... }",
+                );
             }
             for (field, ch, list) in [("send", &t.send, &mut producers), ("recv", &t.recv, &mut consumers)] {
                 if let Some(ch) = ch {
                     if !channel_bytes.contains_key(ch.as_str()) {
-                        self.err(&format!("{p}.{field}"), format!("no channel named {ch:?}"), format!("declare it: [channels.{ch}] capacity = 256, frame_bytes = 64"));
+                        self.err(
+                            &format!("{p}.{field}"),
+                            format!("no channel named {ch:?}"),
+                            format!("declare it: [channels.{ch}] capacity = 256, frame_bytes = 64"),
+                        );
                     }
                     list.entry(ch.clone()).or_default().push((format!("task {tname:?}"), format!("{p}.{field}")));
                 }
@@ -584,7 +725,8 @@ impl Validator<'_> {
                 }
                 None => estimate,
             };
-            let frame_bytes = t.send.as_ref().and_then(|c| channel_bytes.get(c.as_str()).copied()).unwrap_or(MIN_FRAME_BYTES);
+            let frame_bytes =
+                t.send.as_ref().and_then(|c| channel_bytes.get(c.as_str()).copied()).unwrap_or(MIN_FRAME_BYTES);
             tasks.push(PlanTask {
                 cell: (t.cell != LINUX).then(|| t.cell.clone()),
                 budget_us,
@@ -614,12 +756,24 @@ impl Validator<'_> {
             let prod = producers.get(&ch.name).cloned().unwrap_or_default();
             let cons = consumers.get(&ch.name).cloned().unwrap_or_default();
             if prod.is_empty() {
-                self.err(&p, "nobody sends on this channel", format!("set send = \"{}\" on a task, or remove the channel", ch.name));
+                self.err(
+                    &p,
+                    "nobody sends on this channel",
+                    format!("set send = \"{}\" on a task, or remove the channel", ch.name),
+                );
             }
             for (list, what) in [(&prod, "send on"), (&cons, "receive from")] {
                 if list.len() > 1 {
                     let who: Vec<&str> = list.iter().map(|(w, _)| w.as_str()).collect();
-                    self.err(&list[1].1, format!("{} {what} channel {:?}: a ring has one producer and one consumer", who.join(" and "), ch.name), "give each its own channel");
+                    self.err(
+                        &list[1].1,
+                        format!(
+                            "{} {what} channel {:?}: a ring has one producer and one consumer",
+                            who.join(" and "),
+                            ch.name
+                        ),
+                        "give each its own channel",
+                    );
                 }
             }
             ch.sink = cons.is_empty();
@@ -628,8 +782,18 @@ impl Validator<'_> {
             if let CellRole::Controller { request, reply, .. } = &c.role {
                 for (field, ch) in [("request", request), ("reply", reply)] {
                     match channel_bytes.get(ch.as_str()) {
-                        None => self.err(&format!("cells.{}.service.{field}", c.name), format!("no channel named {ch:?}"), format!("declare it: [channels.{ch}] capacity = 16, frame_bytes = {OFFLOAD_BYTES}")),
-                        Some(&b) if b < OFFLOAD_BYTES => self.err(&format!("cells.{}.service.{field}", c.name), format!("channel {ch:?} carries {b}-byte frames; controller messages are {OFFLOAD_BYTES} bytes"), format!("set [channels.{ch}] frame_bytes = {OFFLOAD_BYTES}")),
+                        None => self.err(
+                            &format!("cells.{}.service.{field}", c.name),
+                            format!("no channel named {ch:?}"),
+                            format!("declare it: [channels.{ch}] capacity = 16, frame_bytes = {OFFLOAD_BYTES}"),
+                        ),
+                        Some(&b) if b < OFFLOAD_BYTES => self.err(
+                            &format!("cells.{}.service.{field}", c.name),
+                            format!(
+                                "channel {ch:?} carries {b}-byte frames; controller messages are {OFFLOAD_BYTES} bytes"
+                            ),
+                            format!("set [channels.{ch}] frame_bytes = {OFFLOAD_BYTES}"),
+                        ),
                         Some(_) => {}
                     }
                 }
@@ -637,12 +801,20 @@ impl Validator<'_> {
             if let CellRole::Payload { writes, .. } = &c.role {
                 for w in writes {
                     if !channel_bytes.contains_key(w.as_str()) && !signal_values.contains_key(w.as_str()) {
-                        self.err(&format!("cells.{}.writes", c.name), format!("no channel or signal named {w:?}"), "list channels of this scenario");
+                        self.err(
+                            &format!("cells.{}.writes", c.name),
+                            format!("no channel or signal named {w:?}"),
+                            "list channels of this scenario",
+                        );
                     }
                 }
             }
             if c.role == CellRole::Tasks && !tasks.iter().any(|t| t.cell.as_deref() == Some(c.name.as_str())) {
-                self.err(&format!("cells.{}", c.name), "the cell has no tasks, no service and no payload", format!("put a task in it (cell = \"{}\") or remove it", c.name));
+                self.err(
+                    &format!("cells.{}", c.name),
+                    "the cell has no tasks, no service and no payload",
+                    format!("put a task in it (cell = \"{}\") or remove it", c.name),
+                );
             }
         }
 
@@ -682,9 +854,17 @@ impl Validator<'_> {
             };
             for c in &cpus {
                 if cell_cpus.contains(c) {
-                    self.err(&format!("{p}.cpus"), format!("CPU {c} belongs to a cell: loads run on the Linux side"), "leave cpus out (every CPU no cell uses) or list only those");
+                    self.err(
+                        &format!("{p}.cpus"),
+                        format!("CPU {c} belongs to a cell: loads run on the Linux side"),
+                        "leave cpus out (every CPU no cell uses) or list only those",
+                    );
                 } else if !online.contains(c) {
-                    self.err(&format!("{p}.cpus"), format!("CPU {c} does not exist or is offline (online: {online_list})"), format!("use CPUs of {online_list}"));
+                    self.err(
+                        &format!("{p}.cpus"),
+                        format!("CPU {c} does not exist or is offline (online: {online_list})"),
+                        format!("use CPUs of {online_list}"),
+                    );
                 }
             }
             loads.push(PlanLoad { kind, cpus });

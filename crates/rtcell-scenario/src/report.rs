@@ -122,11 +122,8 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
     }
     for c in &r.cells {
         let start = c.start.map_or(String::new(), |d| format!(", started in {:.1} ms", d.as_secs_f64() * 1e3));
-        let exits = c
-            .vm_exits
-            .as_ref()
-            .and_then(|e| e.get("exits"))
-            .map_or(String::new(), |n| format!(", {n} VM exits"));
+        let exits =
+            c.vm_exits.as_ref().and_then(|e| e.get("exits")).map_or(String::new(), |n| format!(", {n} VM exits"));
         s.push_str(&format!("Cell {:?}: {} on CPU {}, {}{start}{exits}\n", c.name, c.kind, c.cpu, c.status));
     }
     let steal: Vec<String> = r.steal_ms.iter().map(|(cpu, ms)| format!("CPU {cpu} {ms:.0} ms")).collect();
@@ -148,7 +145,15 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
 /// the bucket midpoints.
 fn series_from_hist(name: &str, l: std::collections::BTreeMap<String, String>, kind: Kind, h: &HistSummary) -> Series {
     if h.count == 0 || h.bucket_ns == 0 {
-        return Series { name: name.into(), labels: l, unit: Unit::Us, kind, stats: Stats::default(), histogram: None, errors: 0 };
+        return Series {
+            name: name.into(),
+            labels: l,
+            unit: Unit::Us,
+            kind,
+            stats: Stats::default(),
+            histogram: None,
+            errors: 0,
+        };
     }
     let total: u64 = h.buckets.iter().sum::<u64>() + h.overflow;
     let w = h.bucket_ns as f64;
@@ -263,6 +268,15 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
                 "longest_overrun_run": t.counters.longest,
                 "trip_cycle": t.counters.trip_cycle,
                 "cycles_within_1pct": cycles_ok(t),
+                "messages": {
+                    "sent": t.counters.sent,
+                    "send_failed": t.counters.send_fail,
+                    "received": t.counters.received,
+                    "lost": t.counters.recv_lost,
+                    "late": t.counters.late,
+                    "wrong": t.counters.errors,
+                    "unchecked": t.counters.unchecked,
+                },
             })
         })
         .collect();

@@ -174,6 +174,27 @@ fn user_hz() -> f64 {
     if hz > 0 { hz as f64 } else { 100.0 }
 }
 
+/// A cell that busy-polls its CPU at SCHED_FIFO (a service or a payload) is stopped by the kernel for
+/// the rest of each period once it has used `sched_rt_runtime_us`: tens of ms of silence every second.
+fn throttling_warning(plan: &Plan) -> Option<String> {
+    let polling: Vec<&str> = plan.cells.iter().filter(|c| c.role != CellRole::Tasks).map(|c| c.name.as_str()).collect();
+    if polling.is_empty() {
+        return None;
+    }
+    let read = |f: &str| std::fs::read_to_string(f).ok().and_then(|t| t.trim().parse::<i64>().ok());
+    let runtime = read("/proc/sys/kernel/sched_rt_runtime_us")?;
+    let period = read("/proc/sys/kernel/sched_rt_period_us")?;
+    (runtime >= 0 && runtime < period).then(|| {
+        format!(
+            "cell(s) {} busy-poll their CPU at SCHED_FIFO while real-time throttling is on (sched_rt_runtime_us = {runtime} of \
+             {period}): the kernel stops them for up to {} ms every second; `sysctl kernel.sched_rt_runtime_us=-1` turns \
+             throttling off (see rtcell check)",
+            polling.join(", "),
+            (period - runtime) / 1000
+        )
+    })
+}
+
 /// Releases due in `[start + offset, end)` at `period`.
 pub fn expected_releases(duration: Duration, offset_ns: u64, period_ns: u64) -> u64 {
     let d = duration.as_nanos() as u64;
@@ -191,6 +212,7 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
     let sched = Schedule::attach(&region).map_err(|e| StartError(format!("schedule: {e}")))?;
     rtcell_cells::set_tsc_khz(tsc_khz);
     let mut warnings: Vec<String> = plan.notes.clone();
+    warnings.extend(throttling_warning(plan));
     let mut errors: Vec<String> = Vec::new();
     let mut files = Vec::new();
 
@@ -215,7 +237,11 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
     for c in &plan.cells {
         let workload = match &c.role {
             CellRole::Tasks => WorkloadSpec::TaskSet {
-                tasks: specs.iter().filter(|(cell, _)| cell.as_deref() == Some(&c.name)).map(|(_, s)| s.clone()).collect(),
+                tasks: specs
+                    .iter()
+                    .filter(|(cell, _)| cell.as_deref() == Some(&c.name))
+                    .map(|(_, s)| s.clone())
+                    .collect(),
             },
             CellRole::Controller { request, reply, precision } => {
                 WorkloadSpec::Control { rx: request.clone(), tx: reply.clone(), precision: precision.clone() }
@@ -363,7 +389,9 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
         if now >= end && all_final {
             break;
         }
-        if now >= end.saturating_add(linger.as_nanos() as u64) || (incomplete && started_at.elapsed() > plan.duration + linger * 4) {
+        if now >= end.saturating_add(linger.as_nanos() as u64)
+            || (incomplete && started_at.elapsed() > plan.duration + linger * 4)
+        {
             warnings.push("some tasks did not end within their last period after the end of the run".into());
             break;
         }
@@ -485,7 +513,13 @@ fn drain(sinks: &mut [(String, rtcell_shm::Consumer<'_>, Vec<u8>)]) {
 
 /// One line per task: cycles, overruns, worst latency so far. On a terminal the block is redrawn in
 /// place; otherwise it is printed again. Returns the number of lines printed.
-fn print_live(region: &RegionView<'_>, specs: &[(Option<String>, TaskSpec)], t: Duration, tty: bool, prev: usize) -> usize {
+fn print_live(
+    region: &RegionView<'_>,
+    specs: &[(Option<String>, TaskSpec)],
+    t: Duration,
+    tty: bool,
+    prev: usize,
+) -> usize {
     let mut out = String::new();
     if tty && prev > 0 {
         out.push_str(&format!("\x1b[{prev}A"));

@@ -20,9 +20,8 @@ pub fn sleep_until(deadline_ns: u64) {
     loop {
         // SAFETY: `ts` is a valid timespec that outlives the call; the remaining-time pointer may be
         // null with TIMER_ABSTIME.
-        let rc = unsafe {
-            libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, core::ptr::null_mut())
-        };
+        let rc =
+            unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, core::ptr::null_mut()) };
         // clock_nanosleep returns the error number; only EINTR (a signal) means "sleep again".
         if rc != libc::EINTR {
             return;

@@ -133,7 +133,13 @@ fn rotation(theta: f64, alpha: f64) -> M3 {
 
 /// Joint torques (N m) that move `links` along `q`, `qd`, `qdd` (rad, rad/s, rad/s^2) under gravity
 /// `gravity` (m/s^2 along the base's -z; 0 for none).
-pub fn inverse_dynamics(links: &[Link; DOF], q: &[f64; DOF], qd: &[f64; DOF], qdd: &[f64; DOF], gravity: f64) -> [f64; DOF] {
+pub fn inverse_dynamics(
+    links: &[Link; DOF],
+    q: &[f64; DOF],
+    qd: &[f64; DOF],
+    qdd: &[f64; DOF],
+    gravity: f64,
+) -> [f64; DOF] {
     let z = [0.0, 0.0, 1.0];
     let mut rot = [[[0.0; 3]; 3]; DOF];
     let mut p = [[0.0; 3]; DOF];
@@ -218,6 +224,8 @@ pub fn quintic(a: f64, b: f64, dur: f64, t: f64) -> (f64, f64, f64) {
 }
 
 #[cfg(test)]
+// Matrix code reads best with indices.
+#[allow(clippy::needless_range_loop)]
 mod tests {
     use super::*;
 
@@ -240,8 +248,7 @@ mod tests {
         m
     }
 
-    const QS: [[f64; DOF]; 3] =
-        [[0.0; DOF], [0.3, -0.7, 1.1, 0.4, -0.9, 0.2], [1.2, 0.5, -0.4, -1.3, 0.8, 2.0]];
+    const QS: [[f64; DOF]; 3] = [[0.0; DOF], [0.3, -0.7, 1.1, 0.4, -0.9, 0.2], [1.2, 0.5, -0.4, -1.3, 0.8, 2.0]];
 
     #[test]
     fn gravity_torque_is_the_gradient_of_the_potential_energy() {

@@ -51,7 +51,6 @@ fn run(tasks: &[TaskSpec], signals: &[&str], dur: Duration) -> SharedMemory {
     };
     let out = run_set(tasks, &region, &stop, &mut on_ready, &|| {});
     assert!(out.faulted.is_empty(), "{:?}", out.faulted);
-    drop(region);
     shm
 }
 

@@ -61,6 +61,9 @@ fn control_bench_checks_every_output_in_every_precision_and_cell_kind() {
                 assert_eq!(rtt["errors"], 0);
                 // The round trip contains the step.
                 assert!(rtt["stats"]["min"].as_f64().unwrap() >= exec["stats"]["min"].as_f64().unwrap());
+                // A probe after every 4th step: the same cell's round trip without the step.
+                let probe = find("control_probe_rtt").unwrap_or_else(|| panic!("no probe series for {cell}"));
+                assert_eq!(probe["stats"]["count"], 1000);
             }
             assert!(find("control_clock").is_some(), "{precision} {cell}: clock probes");
         }

@@ -96,7 +96,11 @@ fn plc_example_runs_with_the_codesys_table_and_frame_counts() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["name"] == "channel_messages" && s["labels"]["channel"] == "ecat_frames" && s["labels"]["direction"] == "sent")
+        .find(|s| {
+            s["name"] == "channel_messages"
+                && s["labels"]["channel"] == "ecat_frames"
+                && s["labels"]["direction"] == "sent"
+        })
         .unwrap()["stats"]["max"]
         .as_f64()
         .unwrap() as u64;
@@ -104,7 +108,11 @@ fn plc_example_runs_with_the_codesys_table_and_frame_counts() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["name"] == "channel_messages" && s["labels"]["channel"] == "ecat_frames" && s["labels"]["direction"] == "lost")
+        .find(|s| {
+            s["name"] == "channel_messages"
+                && s["labels"]["channel"] == "ecat_frames"
+                && s["labels"]["direction"] == "lost"
+        })
         .unwrap()["stats"]["max"]
         .as_f64()
         .unwrap() as u64;
@@ -253,7 +261,10 @@ fn bad_scenarios_are_refused_before_anything_starts() {
         assert_eq!(o.status.code(), Some(2), "{file}: {}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         // The machine may add complaints (e.g. without KVM), never drop this one.
-        if !(file.ends_with("cpu_missing.toml") || file.ends_with("no_payload.toml") || file.ends_with("tasks_in_kvm.toml")) {
+        if !(file.ends_with("cpu_missing.toml")
+            || file.ends_with("no_payload.toml")
+            || file.ends_with("tasks_in_kvm.toml"))
+        {
             assert!(err.contains(line), "{file}: expected\n  {line}\ngot\n{err}");
         }
         assert!(err.contains("nothing was started"), "{err}");

@@ -23,7 +23,11 @@ pub fn main(file: &Path, duration: Option<&str>, out: Option<PathBuf>) -> i32 {
         Err(invalid) => {
             eprintln!("{invalid}");
             let n = invalid.diags.len();
-            eprintln!("error: {} invalid: {n} problem{}; nothing was started", file.display(), if n == 1 { "" } else { "s" });
+            eprintln!(
+                "error: {} invalid: {n} problem{}; nothing was started",
+                file.display(),
+                if n == 1 { "" } else { "s" }
+            );
             return EXIT_USAGE;
         }
     };
@@ -38,7 +42,10 @@ pub fn main(file: &Path, duration: Option<&str>, out: Option<PathBuf>) -> i32 {
     }
     let out = out.unwrap_or_else(|| default_out(&format!("scenario-{}", plan.name)));
     if out.join(rtcell_report::doc::RESULTS_FILE).exists() {
-        eprintln!("error: --out {}: it already holds a results.json; pick another directory or remove it", out.display());
+        eprintln!(
+            "error: --out {}: it already holds a results.json; pick another directory or remove it",
+            out.display()
+        );
         return EXIT_USAGE;
     }
     let tsc = match TscClock::calibrate() {
