@@ -209,7 +209,7 @@ fn attach_rejects_bad_entries() {
         (4, 5, total),                      // past the end
         (4, 6, u64::MAX - 7),               // size overflowing
         (0, 7, 64 | 16 << 32),              // ring capacity that does not match its size
-        (0, 7, 1024 | 16 << 32),            // ring shape fine, size not
+        (0, 7, 4096 | 16 << 32),            // ring shape fine, size not
         (1, 7, 100 | 16 << 32),             // invalid ring shape
         (2, 7, 9),                          // signal capacity that does not match its size
         (0, 4, ChannelKind::Signal as u64), // a ring's words read as a signal
