@@ -381,17 +381,7 @@ struct LoopbackRun {
 pub fn run(tsc: &TscClock, cfg: &ControlConfig) -> Result<SuiteRun, BenchError> {
     let expected = Expected::shipped()?;
     let mut warnings = Vec::new();
-    let online = rtcell_host::cpu::online_cpus().map_err(|e| BenchError::Other(format!("online CPUs: {e}")))?;
-    let load_cpus: Vec<usize> = online.iter().copied().filter(|&c| c != cfg.cell_cpu).collect();
-    if cfg.load != Load::None && load_cpus.contains(&cfg.master_cpu) {
-        warnings.push(format!(
-            "the {} load shares CPU {} with the master loop (no other non-cell CPU on this machine); the master runs SCHED_FIFO, so the load runs only when the master is throttled or waiting",
-            cfg.load.as_str(),
-            cfg.master_cpu
-        ));
-    }
-    let load = RunningLoad::start(cfg.load, &load_cpus)
-        .map_err(|e| BenchError::Other(format!("cannot start the load: {e}")))?;
+    let load = RunningLoad::start_beside_master(cfg.load, cfg.master_cpu, cfg.cell_cpu, &mut warnings)?;
     warnings.extend(apply_rt(&RtRequest {
         cpu: Some(cfg.master_cpu),
         fifo_priority: cfg.master_priority,

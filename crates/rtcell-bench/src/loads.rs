@@ -72,6 +72,28 @@ impl RunningLoad {
         Ok(RunningLoad { kind, cpus: cpus.to_vec(), stop, bytes, threads, started: Instant::now() })
     }
 
+    /// Starts `kind` on every online CPU but the cell's. On a machine whose only such CPU is the master's,
+    /// says in `warnings` that the load shares it with the SCHED_FIFO master loop.
+    pub fn start_beside_master(
+        kind: Load,
+        master_cpu: usize,
+        cell_cpu: usize,
+        warnings: &mut Vec<String>,
+    ) -> Result<RunningLoad, crate::BenchError> {
+        let online =
+            rtcell_host::cpu::online_cpus().map_err(|e| crate::BenchError::Other(format!("online CPUs: {e}")))?;
+        let load_cpus: Vec<usize> = online.iter().copied().filter(|&c| c != cell_cpu).collect();
+        if kind != Load::None && load_cpus.contains(&master_cpu) {
+            warnings.push(format!(
+                "the {} load shares CPU {} with the master loop (no other non-cell CPU on this machine); the master runs SCHED_FIFO, so the load runs only when the master is throttled or waiting",
+                kind.as_str(),
+                master_cpu
+            ));
+        }
+        RunningLoad::start(kind, &load_cpus)
+            .map_err(|e| crate::BenchError::Other(format!("cannot start the load: {e}")))
+    }
+
     pub fn kind(&self) -> Load {
         self.kind
     }

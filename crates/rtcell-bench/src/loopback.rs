@@ -306,17 +306,7 @@ fn run_pipe(cfg: &LoopbackConfig, pool: &[u8], warnings: &mut Vec<String>) -> Re
 /// Runs the whole suite.
 pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError> {
     let mut warnings = Vec::new();
-    let online = rtcell_host::cpu::online_cpus().map_err(|e| BenchError::Other(format!("online CPUs: {e}")))?;
-    let load_cpus: Vec<usize> = online.iter().copied().filter(|&c| c != cfg.cell_cpu).collect();
-    if cfg.load != Load::None && load_cpus.contains(&cfg.master_cpu) {
-        warnings.push(format!(
-            "the {} load shares CPU {} with the master loop (no other non-cell CPU on this machine); the master runs SCHED_FIFO, so the load runs only when the master is throttled or waiting",
-            cfg.load.as_str(),
-            cfg.master_cpu
-        ));
-    }
-    let load = RunningLoad::start(cfg.load, &load_cpus)
-        .map_err(|e| BenchError::Other(format!("cannot start the load: {e}")))?;
+    let load = RunningLoad::start_beside_master(cfg.load, cfg.master_cpu, cfg.cell_cpu, &mut warnings)?;
 
     let mut incomplete = false;
     // The floor first, right before the thread cell it is compared with: the outer hypervisor may move our
