@@ -44,6 +44,7 @@ pub const FLAG_PROBE: u64 = 2;
 
 /// The controller's arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "lowercase"))]
 pub enum Precision {
     /// [`Controller64`].
     F64,
@@ -79,6 +80,67 @@ impl Precision {
                 let q = i32::try_from(u as i64).ok()?;
                 Some(from_q31(q, DEFAULT_MODEL_Q31.scaling.output_fs))
             }
+        }
+    }
+}
+
+impl Precision {
+    /// How far an output of this arithmetic may be from the f64 reference, relative to
+    /// [`OUTPUT_FS`](crate::OUTPUT_FS); 0 for f64, which must be bit-exact.
+    pub fn tolerance(&self) -> f64 {
+        match self {
+            Precision::F64 => 0.0,
+            Precision::F32 => crate::F32_TOLERANCE,
+            Precision::Q31 => crate::Q31_TOLERANCE,
+        }
+    }
+
+    /// Checks output word `u` (as a reply carries it) against `expected` (V): f64 must equal it bit for
+    /// bit; f32 and Q31 must be within [`Precision::tolerance`]. Returns the distance relative to
+    /// [`OUTPUT_FS`](crate::OUTPUT_FS).
+    pub fn check_output(&self, u: u64, expected: f64) -> Result<f64, OutputMismatch> {
+        let got = self.output_volts(u).ok_or(OutputMismatch::NotAValue { word: u, precision: *self })?;
+        let rel = (got - expected).abs() / crate::OUTPUT_FS;
+        match self {
+            Precision::F64 if got.to_bits() != expected.to_bits() => Err(OutputMismatch::NotBitExact { got, expected }),
+            Precision::F64 => Ok(rel),
+            // Written so that NaN fails too.
+            _ if rel <= self.tolerance() => Ok(rel),
+            _ => Err(OutputMismatch::OutOfTolerance {
+                precision: *self,
+                got,
+                expected,
+                rel,
+                tolerance: self.tolerance(),
+            }),
+        }
+    }
+}
+
+/// Why an offloaded output failed [`Precision::check_output`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OutputMismatch {
+    /// The word cannot be an output of this arithmetic.
+    NotAValue { word: u64, precision: Precision },
+    /// f64: not bit for bit the expected output.
+    NotBitExact { got: f64, expected: f64 },
+    /// f32, Q31: farther from the reference than the tolerance.
+    OutOfTolerance { precision: Precision, got: f64, expected: f64, rel: f64, tolerance: f64 },
+}
+
+impl core::fmt::Display for OutputMismatch {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            OutputMismatch::NotAValue { word, precision } => {
+                write!(f, "output word {word:#018x} is not a {precision} value")
+            }
+            OutputMismatch::NotBitExact { got, expected } => {
+                write!(f, "f64 output {got:e} V differs from the local f64 step {expected:e} V")
+            }
+            OutputMismatch::OutOfTolerance { precision, got, expected, rel, tolerance } => write!(
+                f,
+                "{precision} output {got:e} V is {rel:.2e} of full scale from the reference {expected:e} V (tolerance {tolerance:e})"
+            ),
         }
     }
 }

@@ -643,14 +643,21 @@ impl Validator<'_> {
                         .entry(reply.clone())
                         .or_default()
                         .push((format!("task {tname:?}"), format!("{p}.workload.reply")));
-                    if !cells.iter().any(|c| matches!(&c.role, CellRole::Controller { request: r, reply: q, .. } if r == request && q == reply)) {
+                    let served = cells.iter().find_map(|c| match &c.role {
+                        CellRole::Controller { request: r, reply: q, precision } if r == request && q == reply => {
+                            precision.parse::<rtcell_control::offload::Precision>().ok()
+                        }
+                        _ => None,
+                    });
+                    if served.is_none() {
                         self.err(
                             &format!("{p}.workload"),
                             format!("no cell serves the controller on {request:?} / {reply:?}"),
                             format!("add a cell with service = {{ kind = \"controller\", request = \"{request}\", reply = \"{reply}\" }}"),
                         );
                     }
-                    (TaskWork::Master { request: request.clone(), reply: reply.clone() }, 5.0)
+                    let precision = served.unwrap_or(rtcell_control::offload::Precision::F64);
+                    (TaskWork::Master { request: request.clone(), reply: reply.clone(), precision }, 5.0)
                 }
             };
             match (&t.output, needs_output) {

@@ -97,12 +97,21 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
     for m in offload {
         let c = &m.counters;
         s.push_str(&format!(
-            "Offload master {:?}: {} requests sent, {} dropped (request ring full); {} replies, {} checked bit for bit against the reference ({} wrong), {} unchecked (their pass lost a request); {} not back by the deadline ({} came later)\n",
+            "Offload master {:?}: {} requests sent, {} dropped (request ring full); {} replies, {} checked against the reference, {} ({} wrong), {} unchecked (their pass lost a request); {} not back within 90% of the deadline, when the master stops waiting ({} came later)\n",
             m.name,
             c.sent,
             c.send_fail,
             c.received,
             c.received - c.unchecked,
+            match &m.spec.work {
+                rtcell_tasks::TaskWork::Master { precision: rtcell_control::offload::Precision::F64, .. } => {
+                    "f64, bit for bit".to_string()
+                }
+                rtcell_tasks::TaskWork::Master { precision, .. } => {
+                    format!("{precision} within {:e} of full scale", precision.tolerance())
+                }
+                _ => String::new(),
+            },
             c.errors,
             c.unchecked,
             c.recv_lost,

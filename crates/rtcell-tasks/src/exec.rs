@@ -284,6 +284,7 @@ impl Running<'_> {
             let info = CycleInfo {
                 k,
                 t_s: release.saturating_sub(start) as f64 / 1e9,
+                release_ns: release,
                 deadline_ns: release.saturating_add(deadline),
             };
             let value = self.body.cycle(&info, &mut self.stats).map_err(End::Fault)?;

@@ -136,10 +136,11 @@ pub enum TaskWork {
     /// `tasks` its cycles, overruns and worst latency so far. Only on the Linux side.
     Log { file: String, signals: Vec<String>, tasks: Vec<String> },
     /// The 10 kHz master of the offload: each cycle sends the next reference sample `(r, y)` on ring
-    /// `request` (`rtcell_control::offload` messages) to a cell serving the f64 controller, waits for
-    /// the answer on ring `reply` until the deadline, and checks it bit for bit against the reference
-    /// output. Replies that do not come by the deadline are lost; mismatches are errors.
-    Master { request: String, reply: String },
+    /// `request` (`rtcell_control::offload` messages) to a cell serving the controller in `precision`,
+    /// waits for the answer on ring `reply` until 90% of the deadline, and checks it against the reference
+    /// output (f64 bit for bit, f32 and Q31 within their tolerances). Replies that do not come in time are
+    /// lost; mismatches are errors.
+    Master { request: String, reply: String, precision: rtcell_control::offload::Precision },
 }
 
 impl TaskWork {

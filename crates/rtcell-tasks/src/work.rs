@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 
-use rtcell_control::offload::{Reply, Request};
+use rtcell_control::offload::{Precision, Reply, Request};
 use rtcell_host::tsc::rdtsc_ordered;
 use rtcell_shm::{Consumer, Producer, RecvError, RegionView, SendError, SignalView};
 
@@ -95,6 +95,7 @@ pub struct MasterBody<'a> {
     y: Vec<f64>,
     u: Vec<f64>,
     seq: u64,
+    precision: Precision,
     /// Every request of the current pass reached the cell, so its replies can be checked.
     intact: bool,
 }
@@ -172,8 +173,19 @@ pub struct CycleInfo {
     pub k: u64,
     /// Intended release, seconds since the start.
     pub t_s: f64,
+    /// Intended release (CLOCK_MONOTONIC ns).
+    pub release_ns: u64,
     /// Absolute deadline (CLOCK_MONOTONIC ns).
     pub deadline_ns: u64,
+}
+
+impl CycleInfo {
+    /// When a body waiting on a peer gives up: 90% of the way from release to deadline, so that a peer
+    /// that does not answer costs the peer's reply, not the task's own deadline (and with the default
+    /// skip policy, its next release).
+    pub fn give_up_ns(&self) -> u64 {
+        self.release_ns + self.deadline_ns.saturating_sub(self.release_ns) / 10 * 9
+    }
 }
 
 impl<'a> Body<'a> {
@@ -234,7 +246,7 @@ impl<'a> Body<'a> {
                     line: String::with_capacity(4096),
                 }))
             }
-            TaskWork::Master { request, reply } => {
+            TaskWork::Master { request, reply, precision } => {
                 let data = rtcell_control::reference::shipped().map_err(|e| format!("reference data: {e}"))?;
                 if data.r.is_empty() || data.r.len() != data.y.len() || data.r.len() != data.u.len() {
                     return Err("reference data: empty or of unequal lengths".into());
@@ -246,6 +258,7 @@ impl<'a> Body<'a> {
                     y: data.y,
                     u: data.u,
                     seq: 0,
+                    precision: *precision,
                     intact: true,
                 }))
             }
@@ -359,6 +372,7 @@ impl<'a> Body<'a> {
                 }
                 let mut buf = [0u8; rtcell_control::offload::MESSAGE_BYTES];
                 let mut polls: u32 = 0;
+                let give_up = c.give_up_ns();
                 loop {
                     match m.reply.try_recv(&mut buf) {
                         Ok(len) => match Reply::decode(&buf[..len]) {
@@ -366,17 +380,17 @@ impl<'a> Body<'a> {
                                 stats.received += 1;
                                 if !m.intact {
                                     stats.unchecked += 1;
-                                } else if rep.u != m.u[idx].to_bits() {
+                                } else if m.precision.check_output(rep.u, m.u[idx]).is_err() {
                                     stats.errors += 1;
                                 }
-                                return Ok(f64::from_bits(rep.u));
+                                return Ok(m.precision.output_volts(rep.u).unwrap_or(0.0));
                             }
                             Some(rep) if rep.seq < req.seq => stats.late += 1,
                             _ => stats.errors += 1,
                         },
                         Err(RecvError::Empty) => {
                             polls = polls.wrapping_add(1);
-                            if polls % 16 == 0 && mono_ns() > c.deadline_ns {
+                            if polls % 16 == 0 && mono_ns() > give_up {
                                 stats.recv_lost += 1;
                                 return Ok(0.0);
                             }

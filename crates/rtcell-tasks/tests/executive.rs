@@ -1,9 +1,11 @@
 //! The executive on real threads: cycle counts, the two missed-cycle policies, the watchdog and the
 //! safe value. Counts and states are asserted, never timings.
 
+use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use rtcell_control::offload::Precision;
 use rtcell_shm::mapping::SharedMemory;
 use rtcell_shm::{RegionLayout, RegionView};
 use rtcell_tasks::clock::mono_ns;
@@ -30,8 +32,18 @@ fn spin_task(name: &str, period_ms: u64, us: f64, inject: Option<Inject>, missed
     }
 }
 
+/// The tests pin their tasks to the same CPU: run one task set at a time, or one test's injected long
+/// cycle preempts the other's tasks and changes their counts.
+static ONE_SET_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// Runs `tasks` for `dur` and returns the region's memory for reading the results.
 fn run(tasks: &[TaskSpec], signals: &[&str], dur: Duration) -> SharedMemory {
+    run_with_rings(tasks, signals, &[], dur)
+}
+
+/// As [`run`], with rings of 32-byte frames (`name`, capacity in frames).
+fn run_with_rings(tasks: &[TaskSpec], signals: &[&str], rings: &[(&str, u32)], dur: Duration) -> SharedMemory {
+    let _one = ONE_SET_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut l = RegionLayout::new();
     rtcell_tasks::add_schedule_to_layout(&mut l).unwrap();
     for t in tasks {
@@ -39,6 +51,9 @@ fn run(tasks: &[TaskSpec], signals: &[&str], dur: Duration) -> SharedMemory {
     }
     for s in signals {
         l.signal(s, 8).unwrap();
+    }
+    for (name, frames) in rings {
+        l.ring(name, rtcell_shm::RingConfig::for_frames(32, *frames)).unwrap();
     }
     let shm = SharedMemory::create_anonymous("tasks-test", l.size_bytes()).unwrap();
     l.init(shm.words(), std::process::id()).unwrap();
@@ -114,4 +129,22 @@ fn watchdog_judgement_follows_codesys() {
     assert_eq!(wd.judge(2, 10).0, 0, "a good cycle resets the count");
     let (_, v) = wd.judge(0, 3001);
     assert!(v.unwrap().contains("time x sensitivity"), "one cycle above time x sensitivity trips at once");
+}
+
+#[test]
+fn a_master_whose_cell_never_answers_keeps_its_own_schedule() {
+    // Nobody serves the request ring: every reply is missing. The master stops waiting before its deadline,
+    // so the missing replies are counted against the offload, not as the master's own overruns.
+    let mut t = spin_task("master", 10, 0.0, None, MissedPolicy::Skip);
+    t.work = TaskWork::Master { request: "req".into(), reply: "rep".into(), precision: Precision::F64 };
+    let shm = run_with_rings(std::slice::from_ref(&t), &[], &[("req", 64), ("rep", 64)], Duration::from_millis(300));
+    let region = RegionView::attach(shm.words()).unwrap();
+    let c = read_counters(&region, "master").unwrap();
+    assert_eq!(c.state, Some(TaskState::Done));
+    assert_eq!(c.cycles + c.skipped, 30, "{c:?}");
+    assert_eq!(c.sent, c.cycles, "{c:?}");
+    assert_eq!(c.recv_lost, c.cycles, "every reply is missing: {c:?}");
+    // Waiting up to the deadline itself would make every cycle an overrun; a rare host preemption may
+    // still make one.
+    assert!(c.overruns * 2 < c.cycles, "the master overran waiting for replies: {c:?}");
 }

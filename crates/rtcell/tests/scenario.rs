@@ -155,10 +155,33 @@ fn offload_example_checks_every_reply_against_the_reference() {
     assert_eq!(m["state"], "done");
     let exec = series_for(&doc, "task_exec_time", "master");
     assert_eq!(exec["errors"], 0, "a reply differed from the reference: {t}");
-    assert!(t.contains("checked bit for bit"), "{t}");
+    assert!(t.contains("f64, bit for bit"), "{t}");
     assert!(doc["suites"][0]["config"]["loads"][0]["kind"] == "memcpy");
     let kind = doc["suites"][0]["config"]["cells"][0]["kind"].as_str().unwrap().to_string();
     assert!(kind == "kvm" || kind == "thread", "{kind}");
+}
+
+#[test]
+fn an_offload_to_a_q31_or_f32_cell_is_checked_within_its_tolerance() {
+    let _serial = serial();
+    let example = std::fs::read_to_string(repo().join("examples/offload.toml")).unwrap();
+    for precision in ["q31", "f32"] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("offload.toml");
+        let text_in = example.replace("precision = \"f64\"", &format!("precision = \"{precision}\""));
+        assert!(text_in.contains(&format!("precision = \"{precision}\"")));
+        std::fs::write(&file, text_in).unwrap();
+        let out = dir.path().join("run");
+        let o = run_in_repo(&["run", file.to_str().unwrap(), "--duration", "1s", "--out", out.to_str().unwrap()]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{precision}: {t}");
+        let doc = valid_results(&out);
+        assert_eq!(series_for(&doc, "task_exec_time", "master")["errors"], 0, "{t}");
+        assert!(t.contains(&format!("{precision} within")), "{t}");
+        let m = outcome_task(&doc, "master");
+        assert!(m["messages"]["received"].as_u64().unwrap() > 0, "{m}");
+        assert_eq!(m["messages"]["wrong"], 0, "{m}");
+    }
 }
 
 const TRIP: &str = r#"
