@@ -65,6 +65,62 @@ const BLOCK: usize = 16;
 /// Blocks covering `MAX_N` rows.
 const BLOCKS: usize = MAX_N.div_ceil(BLOCK);
 
+/// The float types of the dense step (f64, f32).
+trait Real: Copy + core::ops::Mul<Output = Self> + core::ops::AddAssign {
+    const ZERO: Self;
+}
+
+impl Real for f64 {
+    const ZERO: f64 = 0.0;
+}
+
+impl Real for f32 {
+    const ZERO: f32 = 0.0;
+}
+
+/// The blocked dense step of the f64 and f32 controllers (module docs: the sums and their order).
+/// Monomorphised and inlined into each controller's `step`, so each arithmetic gets its own packed code.
+// The indexed loops are the normative operation order (shared with the C port), kept literal.
+#[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+#[inline(always)]
+fn dense_step<T: Real>(
+    n: usize,
+    c: &[T; MAX_N],
+    d: &[T; INPUTS],
+    b: &[[T; INPUTS]; MAX_N],
+    at: &[[[T; BLOCK]; BLOCKS]; MAX_N],
+    x: &mut [T; MAX_N],
+    xn: &mut [T; MAX_N],
+    r: T,
+    y: T,
+) -> T {
+    let mut u = T::ZERO;
+    for j in 0..n {
+        u += c[j] * x[j];
+    }
+    u += d[0] * r;
+    u += d[1] * y;
+    for blk in 0..n.div_ceil(BLOCK) {
+        let mut acc = [T::ZERO; BLOCK];
+        for j in 0..n {
+            let (col, xj) = (&at[j][blk], x[j]);
+            for k in 0..BLOCK {
+                acc[k] += col[k] * xj;
+            }
+        }
+        let i0 = blk * BLOCK;
+        for (k, xn) in xn[i0..n.min(i0 + BLOCK)].iter_mut().enumerate() {
+            let bi = &b[i0 + k];
+            let mut v = acc[k];
+            v += bi[0] * r;
+            v += bi[1] * y;
+            *xn = v;
+        }
+    }
+    x[..n].copy_from_slice(&xn[..n]);
+    u
+}
+
 /// A controller that can be stepped with real-valued signals, whatever its arithmetic.
 pub trait Step {
     /// One sampling period: inputs `r` (reference position, rad) and `y` (measured position, rad),
@@ -111,38 +167,10 @@ impl Controller64 {
     }
 
     /// One step in the documented operation order.
-    // The indexed loops are the normative operation order (shared with the C port), kept literal.
-    #[allow(clippy::needless_range_loop)]
     #[inline(never)]
     pub fn step(&mut self, r: f64, y: f64) -> f64 {
         let m = &self.model;
-        let n = m.n.min(MAX_N);
-        let x = &self.x;
-        let mut u = 0.0f64;
-        for j in 0..n {
-            u += m.c[j] * x[j];
-        }
-        u += m.d[0] * r;
-        u += m.d[1] * y;
-        for blk in 0..n.div_ceil(BLOCK) {
-            let mut acc = [0.0f64; BLOCK];
-            for j in 0..n {
-                let (col, xj) = (&self.at[j][blk], x[j]);
-                for k in 0..BLOCK {
-                    acc[k] += col[k] * xj;
-                }
-            }
-            let i0 = blk * BLOCK;
-            for (k, xn) in self.xn[i0..n.min(i0 + BLOCK)].iter_mut().enumerate() {
-                let b = &m.b[i0 + k];
-                let mut v = acc[k];
-                v += b[0] * r;
-                v += b[1] * y;
-                *xn = v;
-            }
-        }
-        self.x[..n].copy_from_slice(&self.xn[..n]);
-        u
+        dense_step(m.n.min(MAX_N), &m.c, &m.d, &m.b, &self.at, &mut self.x, &mut self.xn, r, y)
     }
 }
 
@@ -221,38 +249,10 @@ impl Controller32 {
     }
 
     /// One step in the documented operation order, in f32.
-    // The indexed loops are the normative operation order (shared with the C port), kept literal.
-    #[allow(clippy::needless_range_loop)]
     #[inline(never)]
     pub fn step(&mut self, r: f32, y: f32) -> f32 {
         let m = &self.model;
-        let n = m.n.min(MAX_N);
-        let x = &self.x;
-        let mut u = 0.0f32;
-        for j in 0..n {
-            u += m.c[j] * x[j];
-        }
-        u += m.d[0] * r;
-        u += m.d[1] * y;
-        for blk in 0..n.div_ceil(BLOCK) {
-            let mut acc = [0.0f32; BLOCK];
-            for j in 0..n {
-                let (col, xj) = (&self.at[j][blk], x[j]);
-                for k in 0..BLOCK {
-                    acc[k] += col[k] * xj;
-                }
-            }
-            let i0 = blk * BLOCK;
-            for (k, xn) in self.xn[i0..n.min(i0 + BLOCK)].iter_mut().enumerate() {
-                let b = &m.b[i0 + k];
-                let mut v = acc[k];
-                v += b[0] * r;
-                v += b[1] * y;
-                *xn = v;
-            }
-        }
-        self.x[..n].copy_from_slice(&self.xn[..n]);
-        u
+        dense_step(m.n.min(MAX_N), &m.c, &m.d, &m.b, &self.at, &mut self.x, &mut self.xn, r, y)
     }
 }
 
