@@ -138,7 +138,7 @@ pub fn series(tsc: &TscClock, cfg: &C2cConfig, m: &C2cMeasurement) -> Vec<Series
 
 /// `rtcell bench c2c`.
 pub fn run(tsc: &TscClock, cfg: &C2cConfig) -> Result<SuiteRun, BenchError> {
-    eprintln!("c2c: bouncing a cache line between CPU {} and CPU {} ...", cfg.cpu_a, cfg.cpu_b);
+    crate::progress!("c2c: bouncing a cache line between CPU {} and CPU {} ...", cfg.cpu_a, cfg.cpu_b);
     let m = measure(cfg)?;
     let series = series(tsc, cfg, &m);
     let mut t = Table::new(&["series", "unit", "count", "min", "median", "mean", "p99", "p99.9", "max"]);

@@ -339,7 +339,7 @@ fn run_cell(
     )?;
     let region = rig::region(&shm)?;
     let mut run = Run::new(precision, Placement::Cell(kind), cfg.iterations);
-    eprintln!("control: {precision} on a {kind} cell, {} steps ...", cfg.iterations);
+    crate::progress!("control: {precision} on a {kind} cell, {} steps ...", cfg.iterations);
     let (stopped, broke_off) = match measure_cell(expected, &mut run, &region, &mut cell, cfg.iterations, tsc) {
         Ok(s) => (s, None),
         Err(e) => (true, Some(e)),
@@ -445,7 +445,7 @@ pub fn run(tsc: &TscClock, cfg: &ControlConfig) -> Result<SuiteRun, BenchError> 
         for &precision in &cfg.precisions {
             match placement {
                 Placement::Local => {
-                    eprintln!("control: {precision} locally on the master, {} steps ...", cfg.iterations);
+                    crate::progress!("control: {precision} locally on the master, {} steps ...", cfg.iterations);
                     let (run, stopped) = run_local(&expected, precision, cfg.iterations);
                     keep(run, &mut series, &mut total_errors, &mut warnings);
                     if stopped {
@@ -668,7 +668,7 @@ fn report_text(cfg: &ControlConfig, runs: &[RunFigures], loopbacks: &[(CellKind,
         }
     }
     text.push_str(&speed_summary(runs, loopbacks));
-    if cfg.load != Load::None {
+    if cfg.load == Load::Memcpy {
         text.push_str(&format!("load {}: {:.2} GB/s copied while measuring\n", cfg.load.as_str(), load_bps / 1e9));
     }
     text

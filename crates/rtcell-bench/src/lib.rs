@@ -3,9 +3,13 @@
 
 pub mod c2c;
 pub mod control;
+pub mod itc;
+pub mod latency;
 pub mod loads;
 pub mod loopback;
+pub mod membench;
 pub mod pipe;
+pub mod progress;
 pub mod rig;
 
 use std::sync::atomic::{AtomicBool, Ordering};

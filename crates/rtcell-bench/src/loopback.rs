@@ -194,7 +194,7 @@ fn run_cell(
     let mut incomplete = false;
     let mut broke_off = None;
     for &size in &cfg.sizes {
-        eprintln!("loopback: {kind} cell, notify {}, {size} B x {} ...", notify.as_str(), cfg.iterations);
+        crate::progress!("loopback: {kind} cell, notify {}, {size} B x {} ...", notify.as_str(), cfg.iterations);
         match measure_cell_size(cfg, notify, &region, &mut cell, size, pool, tsc) {
             Ok((run, stopped)) => {
                 sizes.push(run);
@@ -275,7 +275,7 @@ fn run_pipe(cfg: &LoopbackConfig, pool: &[u8], warnings: &mut Vec<String>) -> Re
     let mut sizes = Vec::new();
     let mut incomplete = false;
     'sizes: for &size in &cfg.sizes {
-        eprintln!("loopback: pipe baseline, {size} B x {} ...", cfg.iterations);
+        crate::progress!("loopback: pipe baseline, {size} B x {} ...", cfg.iterations);
         let mut ticks = Vec::with_capacity(cfg.iterations);
         let mut errors = 0;
         let start = rdtsc_ordered();
@@ -321,7 +321,7 @@ pub fn run(tsc: &TscClock, cfg: &LoopbackConfig) -> Result<SuiteRun, BenchError>
             batch: 1000,
             priority: cfg.master_priority,
         };
-        eprintln!("loopback: c2c floor between CPU {} and CPU {} ...", cfg.master_cpu, cfg.cell_cpu);
+        crate::progress!("loopback: c2c floor between CPU {} and CPU {} ...", cfg.master_cpu, cfg.cell_cpu);
         let m = c2c::measure(&c2c_cfg)?;
         incomplete |= m.incomplete;
         floor = Some((c2c_cfg, m));
@@ -562,7 +562,7 @@ fn build(
         series.extend(s);
     }
     text.push_str(&speed_summary(&medians, floor_rtt));
-    if cfg.load != Load::None {
+    if cfg.load == Load::Memcpy {
         text.push_str(&format!(
             "load {} on CPUs {:?}: {:.2} GB/s copied while measuring\n",
             cfg.load.as_str(),

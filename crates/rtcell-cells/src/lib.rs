@@ -8,6 +8,7 @@
 //!
 //! Supervisor and cell see each other only through the cell's control block in the shared region.
 
+pub mod activation;
 pub mod control;
 pub mod workload;
 

@@ -26,6 +26,10 @@ pub enum WorkloadSpec {
     /// common schedule, with statistics, watchdog and safe outputs in the region. Thread and process
     /// cells only.
     TaskSet { tasks: Vec<rtcell_tasks::TaskSpec> },
+    /// Periodic activation on a polled TSC (`crate::activation`): each activation's lateness (ns) goes to
+    /// the sample log in raw channel `log`; `sleep_ns` after each activation gives CPU time back. A kvm
+    /// cell runs it as the `spin` payload.
+    Poll { log: String, period_ns: u64, sleep_ns: u64, tsc_khz: u64 },
 }
 
 impl WorkloadSpec {
@@ -49,6 +53,11 @@ impl WorkloadSpec {
                 w.push(ctl);
                 (payload.clone(), format!("cell={cell}\n{args}"), w)
             }
+            WorkloadSpec::Poll { log, period_ns, sleep_ns, .. } => (
+                "spin".into(),
+                format!("cell={cell}\nlog={log}\nperiod_ns={period_ns}\nsleep_ns={sleep_ns}\n"),
+                vec![log.clone(), ctl],
+            ),
             // No payload runs task sets: starting one in a kvm cell fails with "no payload named".
             WorkloadSpec::TaskSet { .. } => ("task-set".into(), String::new(), vec![ctl]),
         }
@@ -80,6 +89,9 @@ pub fn run(spec: &WorkloadSpec, region: &RegionView<'_>, ctl: &ControlBlock<'_>)
             WorkloadEnd::Faulted(format!("payload {payload:?} runs only in a kvm cell"))
         }
         WorkloadSpec::TaskSet { tasks } => task_set(tasks, region, ctl),
+        WorkloadSpec::Poll { log, period_ns, sleep_ns, tsc_khz } => {
+            crate::activation::run(region, ctl, log, *period_ns, *sleep_ns, *tsc_khz)
+        }
     }
 }
 

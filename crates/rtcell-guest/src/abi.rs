@@ -56,6 +56,9 @@ pub const HC_DONE: u16 = 0x11;
 pub const HC_PANIC: u16 = 0x12;
 /// Hypercall from the exception handlers: `value` = vector; [`FaultInfo`] at `MSG_GPA`.
 pub const HC_FAULT: u16 = 0x13;
+/// Hypercall: pause for `value` ns. The monitor sleeps before it enters the guest again, giving the CPU
+/// back to the host (e.g. the real-time throttling budget a busy-polling vCPU thread would exhaust).
+pub const HC_SLEEP: u16 = 0x14;
 
 /// The boot-info page, like Jailhouse's comm region: what the payload needs to know about its cell.
 /// Written by the monitor before the vCPU starts; read-only to the payload.

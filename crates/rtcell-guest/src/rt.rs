@@ -27,8 +27,8 @@ use core::panic::PanicInfo;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering, compiler_fence};
 
 use crate::abi::{
-    ARGS_SIZE, BOOT_INFO_GPA, BOOT_MAGIC, BOOT_VERSION, BootInfo, HC_DONE, HC_LOG, HC_PANIC, MSG_GPA, MSG_SIZE,
-    hypercall_gpa,
+    ARGS_SIZE, BOOT_INFO_GPA, BOOT_MAGIC, BOOT_VERSION, BootInfo, HC_DONE, HC_LOG, HC_PANIC, HC_SLEEP, MSG_GPA,
+    MSG_SIZE, hypercall_gpa,
 };
 
 /// Defines the payload's entry point `_start` and its panic handler, and names its main function,
@@ -127,6 +127,12 @@ pub fn log(text: &str) {
     let mut w = MsgWriter::new();
     let _ = w.write_str(text);
     w.send_log();
+}
+
+/// Pauses the vCPU for `ns` nanoseconds: the monitor sleeps on the host, then enters the guest again.
+/// A VM exit and a host sleep, so it belongs well before a deadline, never on a timed path.
+pub fn sleep_ns(ns: u32) {
+    hypercall(HC_SLEEP, ns);
 }
 
 /// Ends the payload with exit code `code`. The vCPU does not run again.

@@ -4,6 +4,7 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 
+use crate::check::HostCheck;
 use crate::cpu;
 use crate::root::HostRoot;
 
@@ -25,6 +26,10 @@ pub struct HostFacts {
     pub steal_pct: Option<f64>,
     /// One of hardware, nested, absent, denied.
     pub kvm: String,
+    /// `rtcell check` for the run's cell CPU: how the host was set up when it was measured. Absent in
+    /// documents written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<HostCheck>,
 }
 
 /// True when the effective user is root: real-time scheduling and mlock are then normally granted.
@@ -65,6 +70,7 @@ impl HostFacts {
             hypervisor,
             steal_pct: None,
             kvm,
+            check: None,
         }
     }
 }
@@ -342,7 +348,16 @@ impl CpuTimes {
     /// Parses the aggregate `cpu` line of a `/proc/stat` text (older kernels have fewer columns;
     /// missing ones are zero).
     pub fn parse_proc_stat(stat: &str) -> Option<CpuTimes> {
-        let line = stat.lines().find(|l| l.split_whitespace().next() == Some("cpu"))?;
+        CpuTimes::parse_proc_stat_line(stat, "cpu")
+    }
+
+    /// One CPU's line (`cpu3`) of a `/proc/stat` text.
+    pub fn parse_proc_stat_cpu(stat: &str, cpu: usize) -> Option<CpuTimes> {
+        CpuTimes::parse_proc_stat_line(stat, &format!("cpu{cpu}"))
+    }
+
+    fn parse_proc_stat_line(stat: &str, label: &str) -> Option<CpuTimes> {
+        let line = stat.lines().find(|l| l.split_whitespace().next() == Some(label))?;
         let nums: Vec<u64> =
             line.split_whitespace().skip(1).map(|t| t.parse::<u64>()).collect::<Result<_, _>>().ok()?;
         if nums.len() < 4 {
@@ -374,6 +389,17 @@ impl CpuTimes {
             .saturating_add(self.softirq)
             .saturating_add(self.steal)
     }
+}
+
+/// Share of time a CPU was busy (neither idle nor waiting for I/O) between two samples of its
+/// `/proc/stat` line, in percent; `None` when no time elapsed or the counters went backwards.
+pub fn busy_percent(start: &CpuTimes, end: &CpuTimes) -> Option<f64> {
+    let total = end.total().checked_sub(start.total())?;
+    let idle = end.idle.saturating_add(end.iowait).checked_sub(start.idle.saturating_add(start.iowait))?;
+    if total == 0 || idle > total {
+        return None;
+    }
+    Some((total - idle) as f64 * 100.0 / total as f64)
 }
 
 /// Steal between two samples as a percentage of all CPU time elapsed; `None` if no time elapsed
@@ -488,6 +514,12 @@ mod tests {
         assert!(CpuTimes::parse_proc_stat("cpu0 1 2 3 4\n").is_none());
         assert!(CpuTimes::parse_proc_stat("cpu 1 x 3 4\n").is_none());
         assert!(CpuTimes::parse_proc_stat("cpu 1 2\n").is_none());
+        let cpu0 = CpuTimes::parse_proc_stat_cpu("cpu  1 2 3 4\ncpu0 384 0 433 25332 7 0 4 2 0 0\n", 0).unwrap();
+        assert_eq!(cpu0.user, 384);
+        assert!(CpuTimes::parse_proc_stat_cpu("cpu  1 2 3 4\n", 1).is_none());
+        let later = CpuTimes { user: cpu0.user + 30, idle: cpu0.idle + 60, iowait: cpu0.iowait + 10, ..cpu0 };
+        assert_eq!(busy_percent(&cpu0, &later), Some(30.0));
+        assert_eq!(busy_percent(&cpu0, &cpu0), None);
     }
 
     #[test]

@@ -3,13 +3,17 @@
 //! Everything that reads `/proc` or `/sys` goes through a [`HostRoot`], so the same code can be run
 //! against a fixture tree in tests.
 
+pub mod cache;
 pub mod check;
 pub mod cpu;
 pub mod error;
 pub mod facts;
+#[cfg(test)]
+mod fixture;
 pub mod root;
 pub mod sched;
 pub mod tsc;
+pub mod tune;
 
 pub use check::{Level, Verdict, check_cell_cpu, render_text};
 pub use error::HostError;

@@ -42,6 +42,23 @@ impl From<ReadError> for io::Error {
     }
 }
 
+/// A value could not be written to a file under a [`HostRoot`].
+#[derive(Debug, thiserror::Error)]
+#[error("could not write {value:?} to {path}: {source}")]
+pub struct WriteError {
+    /// The logical host path, as in [`ReadError`].
+    pub path: String,
+    pub value: String,
+    #[source]
+    pub source: io::Error,
+}
+
+impl WriteError {
+    pub fn new(path: impl Into<String>, value: impl Into<String>, source: io::Error) -> Self {
+        WriteError { path: path.into(), value: value.into(), source }
+    }
+}
+
 /// Base directory under which `/proc`, `/sys`, `/dev` and `/boot` are looked up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostRoot {
@@ -132,6 +149,39 @@ impl HostRoot {
         Ok(names)
     }
 
+    /// Raw bytes of a file (e.g. the binary value `/dev/cpu_dma_latency` returns).
+    pub fn read_bytes(&self, logical: &str) -> Result<Vec<u8>, ReadError> {
+        std::fs::read(self.path(logical)).map_err(|e| ReadError::new(logical, e))
+    }
+
+    /// Target of a symbolic link, e.g. `/proc/123/fd/4` -> `/dev/cpu_dma_latency`.
+    pub fn read_link(&self, logical: &str) -> Result<PathBuf, ReadError> {
+        std::fs::read_link(self.path(logical)).map_err(|e| ReadError::new(logical, e))
+    }
+
+    /// Writes `value` and a newline to an existing kernel file in one `write(2)`, exactly as
+    /// `echo value > file` does (sysfs and procfs take one value per write, and every kernel knob
+    /// accepts the newline). The file is never created: a knob that does not exist is an error, not a
+    /// new file. A short write is an error too.
+    pub fn write(&self, logical: &str, value: &str) -> Result<(), WriteError> {
+        use std::io::Write as _;
+        let line = format!("{value}\n");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(self.path(logical))
+            .map_err(|e| WriteError::new(logical, value, e))?;
+        match file.write(line.as_bytes()) {
+            Ok(n) if n == line.len() => Ok(()),
+            Ok(n) => Err(WriteError::new(
+                logical,
+                value,
+                io::Error::new(io::ErrorKind::WriteZero, format!("only {n} of {} bytes taken", line.len())),
+            )),
+            Err(e) => Err(WriteError::new(logical, value, e)),
+        }
+    }
+
     /// Messages of the kernel log (`/dev/kmsg`), without their `level,seq,time,flags;` prefix.
     ///
     /// Used to recover boot-time facts the kernel exposes nowhere else (its TSC frequency, the
@@ -202,6 +252,23 @@ mod tests {
         assert!(e.is_not_found());
         assert!(e.to_string().starts_with("could not read /proc/nothing: "), "{e}");
         assert!(r.read_optional("/proc/nothing").unwrap().is_none());
+    }
+
+    #[test]
+    fn writes_replace_existing_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = HostRoot::at(dir.path());
+        std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
+        std::fs::write(dir.path().join("proc/sys/kernel/timer_migration"), "1\n").unwrap();
+        r.write("/proc/sys/kernel/timer_migration", "0").unwrap();
+        assert_eq!(r.read("/proc/sys/kernel/timer_migration").unwrap(), "0\n");
+        let e = r.write("/proc/sys/kernel/nothing", "0").unwrap_err();
+        assert_eq!(e.source.kind(), io::ErrorKind::NotFound);
+        assert!(!dir.path().join("proc/sys/kernel/nothing").exists());
+        assert!(e.to_string().starts_with("could not write \"0\" to /proc/sys/kernel/nothing: "), "{e}");
+        std::os::unix::fs::symlink("/dev/cpu_dma_latency", dir.path().join("proc/sys/link")).unwrap();
+        assert_eq!(r.read_link("/proc/sys/link").unwrap(), PathBuf::from("/dev/cpu_dma_latency"));
+        assert_eq!(r.read_bytes("/proc/sys/kernel/timer_migration").unwrap(), b"0\n");
     }
 
     #[test]

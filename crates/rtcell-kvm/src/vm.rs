@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use kvm_bindings::{KVM_MAX_CPUID_ENTRIES, kvm_fpu, kvm_regs, kvm_segment, kvm_userspace_memory_region};
 use kvm_ioctls::{Cap, Kvm, VcpuExit, VcpuFd, VmFd};
 use rtcell_guest::abi::{
-    FaultInfo, HC_DONE, HC_FAULT, HC_LOG, HC_PANIC, HYPERCALL_GPA, MSG_GPA, MSG_SIZE, REGION_GPA, vector_name,
+    FaultInfo, HC_DONE, HC_FAULT, HC_LOG, HC_PANIC, HC_SLEEP, HYPERCALL_GPA, MSG_GPA, MSG_SIZE, REGION_GPA, vector_name,
 };
 use rtcell_host::sched::{RtRequest, apply_rt};
 use rtcell_shm::RegionView;
@@ -680,6 +680,7 @@ fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
                             }
                         }
                     }
+                    HC_SLEEP => sleep_unless_kicked(shared, Duration::from_nanos(v as u32 as u64)),
                     HC_DONE => return VmEnd::Done(v as u32 as i32),
                     HC_PANIC => return VmEnd::Panic(message(&m.ram, v)),
                     HC_FAULT => return VmEnd::Fault(fault_report(&m.ram, v)),
@@ -711,6 +712,20 @@ fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
             KICK_WATCHDOG => return VmEnd::Watchdog(Duration::from_nanos(shared.watchdog_ns.load(Ordering::Relaxed))),
             _ => m.vcpu.set_kvm_immediate_exit(0),
         }
+    }
+}
+
+/// The guest's `HC_SLEEP`: sleeps `total` in slices, so a stop or watchdog kick (whose signal a sleep
+/// would otherwise outlast) ends it within a slice.
+fn sleep_unless_kicked(shared: &Shared, total: Duration) {
+    const SLICE: Duration = Duration::from_millis(10);
+    let end = Instant::now() + total;
+    while shared.kick.load(Ordering::Acquire) == KICK_NONE {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(left.min(SLICE));
     }
 }
 

@@ -62,6 +62,10 @@ pub enum ReportError {
     /// The embedded table of published figures does not parse (a bug caught by this crate's tests).
     #[error("the embedded reference/published.csv does not parse: {0}; fix the file and run the rtcell-report tests")]
     Published(String),
+
+    /// A figure of the HTML report could not be drawn (a bug in the report code, not in the document).
+    #[error("could not draw the report's figure {figure:?}: {detail}; this is a bug in the HTML report")]
+    Plot { figure: String, detail: String },
 }
 
 fn unsupported_schema_message(path: &std::path::Path, found: Option<&str>) -> String {

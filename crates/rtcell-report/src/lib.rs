@@ -7,6 +7,9 @@
 
 pub mod doc;
 pub mod error;
+pub mod export;
+pub mod history;
+pub mod html;
 pub mod published;
 pub mod stats;
 pub mod table;

@@ -30,6 +30,7 @@ fn host() -> HostFacts {
         hypervisor: Some("KVM".into()),
         steal_pct: Some(0.4),
         kvm: "nested".into(),
+        check: None,
     }
 }
 

@@ -8,7 +8,8 @@
 //! - [`ring`]: queued variable-length messages, single producer / single consumer.
 //! - [`signal`]: last-is-best values with torn-read-free (seqlock) reads.
 //! - [`com`]: AUTOSAR-COM-style signals and signal groups over one channel.
-//! - [`control`]: the per-cell control block; [`histogram`]: fixed-bucket latency histograms.
+//! - [`control`]: the per-cell control block; [`histogram`]: fixed-bucket latency histograms;
+//!   [`samplelog`]: one value per event (e.g. each activation's lateness).
 //! - `mapping` (feature `std`): memfd and /dev/shm backing; `futex`: sleeping receivers.
 
 #![cfg_attr(not(feature = "std"), no_std)]
@@ -22,6 +23,7 @@ pub mod histogram;
 pub mod mapping;
 pub mod region;
 pub mod ring;
+pub mod samplelog;
 pub mod signal;
 pub mod sync;
 

@@ -1,6 +1,13 @@
 //! Subcommands: check, bench, and the hidden cell entry of process cells.
 
+mod all;
+mod history;
+mod itc;
+mod latency;
+mod membench;
+mod report;
 mod run;
+mod tune;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -27,7 +34,7 @@ const EXIT_INTERRUPTED: i32 = 130;
     name = "rtcell",
     version,
     about = "Run hard real-time control loops in isolated cells on stock Linux, and prove their timing",
-    after_help = "Examples:\n  rtcell check --cpu 1\n  rtcell bench loopback --quick\n  rtcell bench control --quick\n  rtcell bench c2c --cpus 0,1\n  rtcell control reference --out reference.csv"
+    after_help = "Examples:\n  rtcell check --cpu 1\n  rtcell tune --cpu 1\n  rtcell bench loopback --quick\n  rtcell bench control --quick\n  rtcell bench c2c --cpus 0,1\n  rtcell control reference --out reference.csv"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -36,22 +43,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Report host facts and what hurts real time on the cell CPU, each with its fix.
-    #[command(
-        after_help = "Examples:\n  rtcell check              # the default cell CPU (the last online CPU)\n  rtcell check --cpu 1 --json"
-    )]
-    Check {
-        /// The CPU a cell would run on (default: the last online CPU).
-        #[arg(long)]
-        cpu: Option<usize>,
-        /// Print the verdicts as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Run a benchmark suite and write DIR/results.json.
+    /// Report host facts and what hurts real time on the cell CPU: each item with its verdict, why it
+    /// matters and its fix; a score and the changes that would help most.
+    #[command(after_help = tune::CHECK_HELP)]
+    Check(tune::CheckArgs),
+    /// Change the run-time knobs the check flags for a cell CPU (dry run unless --apply), and change them
+    /// back (--revert); print the boot-time ones as a kernel command line.
+    #[command(after_help = tune::TUNE_HELP)]
+    Tune(tune::TuneArgs),
+    /// Run the benchmark suites (a quick selection of all of them, or one) and write a run directory:
+    /// results.json, report.html, CSVs, cyclictest-format histograms and a gnuplot script.
+    #[command(args_conflicts_with_subcommands = true, after_help = all::AFTER_HELP)]
     Bench {
         #[command(subcommand)]
-        suite: Suite,
+        suite: Option<Suite>,
+        #[command(flatten)]
+        all: all::AllArgs,
     },
     /// The control benchmark's controller and data.
     Control {
@@ -71,7 +78,19 @@ enum Cmd {
         /// Output directory for results.json and the tasks' log files (default: rtcell-results/<timestamp>-scenario-<name>/).
         #[arg(long)]
         out: Option<PathBuf>,
+        #[command(flatten)]
+        history: history::HistoryDb,
     },
+    /// Make the HTML report (report.html) of a results document: host facts and warnings, tables and plots
+    /// per suite, published figures of other platforms beside ours.
+    #[command(after_help = report::AFTER_HELP)]
+    Report(report::ReportArgs),
+    /// List the recorded runs, most recent first, with a headline figure per suite.
+    #[command(after_help = history::HISTORY_HELP)]
+    History(history::HistoryArgs),
+    /// Compare two runs series by series (median, p99.9, max), with a verdict per series.
+    #[command(after_help = history::COMPARE_HELP)]
+    Compare(history::CompareArgs),
     /// Internal: the body of a process cell (started by rtcell itself).
     #[command(name = "__cell", hide = true)]
     Cell {
@@ -109,6 +128,8 @@ struct Common {
     /// A short run (fewer iterations) for a first look or CI.
     #[arg(long)]
     quick: bool,
+    #[command(flatten)]
+    history: history::HistoryDb,
 }
 
 #[derive(Subcommand)]
@@ -143,8 +164,7 @@ enum Suite {
         /// How the idle side waits: poll (busy-poll shared memory) or futex (sleep until woken).
         #[arg(long, value_delimiter = ',', default_value = "poll")]
         notify: Vec<String>,
-        /// Interference load on the non-cell CPUs: none or memcpy (20 MiB memcpy loop).
-        #[arg(long, default_value = "none")]
+        #[arg(long, default_value = "none", help = rtcell_bench::loads::LOAD_HELP)]
         load: String,
         /// The cell CPU (default: the last online CPU).
         #[arg(long)]
@@ -175,8 +195,7 @@ enum Suite {
         /// is usable). The master's own local step is always measured too.
         #[arg(long, value_delimiter = ',', default_value = "auto")]
         cell: Vec<String>,
-        /// Interference load on the non-cell CPUs: none or memcpy (20 MiB memcpy loop).
-        #[arg(long, default_value = "none")]
+        #[arg(long, default_value = "none", help = rtcell_bench::loads::LOAD_HELP)]
         load: String,
         /// The cell CPU (default: the last online CPU).
         #[arg(long)]
@@ -187,6 +206,18 @@ enum Suite {
         #[command(flatten)]
         common: Common,
     },
+    /// Seed 004 Fig. 5: read latency against working-set size (1 KiB .. 96 MiB), sequential and random,
+    /// on the cell CPU without and with memcpy interferers; plateaus named after the caches.
+    #[command(after_help = membench::AFTER_HELP)]
+    Membench(membench::MembenchArgs),
+    /// Activation latency on the cell CPU: clock_nanosleep (the cyclictest method), a cell busy-polling
+    /// the TSC, a kvm cell; optionally side by side with cyclictest.
+    #[command(after_help = latency::AFTER_HELP)]
+    Latency(latency::LatencyArgs),
+    /// Seed 002's inter-task communication: round trip between two SCHED_FIFO threads (95/90) over
+    /// pipe, FIFO, message queue, semaphore, PI mutex, condvar, futex, eventfd, UNIX sockets and rtcell rings.
+    #[command(after_help = itc::AFTER_HELP)]
+    Itc(itc::ItcArgs),
 }
 
 /// A usage error: printed, exit status 2.
@@ -200,10 +231,16 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Cell { fd, parent, spec } => rtcell_cells::process_cell_main(fd, parent, &spec),
-        Cmd::Check { cpu, json } => check(cpu, json),
-        Cmd::Run { file, duration, out } => run::main(&file, duration.as_deref(), out),
+        Cmd::Check(args) => tune::check_main(args),
+        Cmd::Tune(args) => tune::tune_main(args),
+        Cmd::Run { file, duration, out, history } => {
+            run::main(&file, duration.as_deref(), out, history.path.as_deref())
+        }
+        Cmd::History(args) => history::history_main(args),
+        Cmd::Compare(args) => history::compare_main(args),
+        Cmd::Report(args) => report::main(args),
         Cmd::Control { cmd: ControlCmd::Reference { out, seed } } => control_reference(out, seed),
-        Cmd::Bench { suite } => match bench(suite) {
+        Cmd::Bench { suite, all } => match bench(suite, all) {
             Ok(code) => code,
             Err(Usage(m)) => {
                 eprintln!("error: {m}");
@@ -249,57 +286,6 @@ fn pick_cpus(master: Option<usize>, cell: Option<usize>) -> Result<(usize, usize
     Ok((master, cell))
 }
 
-fn check(cpu: Option<usize>, json: bool) -> i32 {
-    let online = online();
-    let cpu = cpu.unwrap_or(*online.last().unwrap_or(&0));
-    let root = rtcell_host::root::HostRoot::system();
-    let mut verdicts = rtcell_host::check::check_cell_cpu(&root, cpu);
-    let kvm = rtcell_kvm::kvm_status();
-    verdicts.push(rtcell_host::check::Verdict {
-        item: "kvm".into(),
-        level: match &kvm {
-            rtcell_kvm::KvmStatus::Usable { nested: false } => rtcell_host::check::Level::Ok,
-            _ => rtcell_host::check::Level::Warn,
-        },
-        detail: kvm.explain(),
-        fix: match &kvm {
-            rtcell_kvm::KvmStatus::Usable { nested: false } => None,
-            rtcell_kvm::KvmStatus::Usable { nested: true } => {
-                Some("for kvm-cell figures that hold on bare metal, run on a host with hardware virtualisation".into())
-            }
-            _ => Some(
-                "modprobe kvm_intel (or kvm_amd); check the BIOS virtualisation setting; chmod/chgrp /dev/kvm".into(),
-            ),
-        },
-    });
-    for (name, pid) in rtcell_shm::mapping::SharedMemory::stale_named() {
-        verdicts.push(rtcell_host::check::Verdict {
-            item: "stale region".into(),
-            level: rtcell_host::check::Level::Warn,
-            detail: format!("/dev/shm/rtcell.{name} was left by process {pid}, which is no longer running"),
-            fix: Some(format!("rm /dev/shm/rtcell.{name}")),
-        });
-    }
-    let tsc_khz = TscClock::calibrate().ok().map(|t| t.khz());
-    let facts = HostFacts::collect(tsc_khz);
-    if json {
-        let doc = serde_json::json!({ "cpu": cpu, "host": facts, "verdicts": verdicts });
-        match serde_json::to_string_pretty(&doc) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return 1;
-            }
-        }
-    } else {
-        println!("{}", host_summary(&facts));
-        println!();
-        println!("Cell CPU {cpu}:");
-        println!("{}", rtcell_host::check::render_text(&verdicts));
-    }
-    0
-}
-
 fn host_summary(f: &HostFacts) -> String {
     format!(
         "Host: {} ({} CPUs), kernel {}, preemption {}, {}, KVM {}, TSC {}",
@@ -322,12 +308,24 @@ fn default_out(suite: &str) -> PathBuf {
     PathBuf::from("rtcell-results").join(format!("{ts}-{suite}"))
 }
 
-fn bench(suite: Suite) -> Result<i32, Usage> {
+fn bench(suite: Option<Suite>, all: all::AllArgs) -> Result<i32, Usage> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     // Things found while validating that change how to read the run.
     let mut pre_warnings: Vec<String> = Vec::new();
     // Validate everything before anything starts.
-    let (name, common, plan) = match suite {
+    match suite {
+        Some(suite) => {
+            let (name, common, plan) = plan_suite(suite, &mut pre_warnings)?;
+            let out = common.out.clone().unwrap_or_else(|| default_out(name));
+            execute(vec![(name, plan)], &out, common.history.path.as_deref(), command, pre_warnings, None)
+        }
+        None => all::main(all, command, pre_warnings),
+    }
+}
+
+/// Checks one suite's options and turns them into its plan (nothing starts).
+fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static str, Common, Plan), Usage> {
+    Ok(match suite {
         Suite::C2c { cpus, samples, common } => {
             let (a, b) = match cpus.as_deref() {
                 Some([a, b]) => {
@@ -373,7 +371,7 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
             if iterations == 0 {
                 return usage("--iterations 0: give at least 1 round trip per size");
             }
-            let cells = parse_cells(&cell, &mut pre_warnings)?;
+            let cells = parse_cells(&cell, pre_warnings)?;
             let mut notifies = Vec::new();
             for n in &notify {
                 let k: Notify = n.parse().map_err(|e| Usage(format!("--notify: {e}")))?;
@@ -415,7 +413,7 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
                     precisions.push(p);
                 }
             }
-            let cells = parse_cells(&cell, &mut pre_warnings)?;
+            let cells = parse_cells(&cell, pre_warnings)?;
             let load: Load = load.parse().map_err(|e| Usage(format!("--load: {e}")))?;
             let cfg = ControlConfig {
                 master_cpu: master,
@@ -429,8 +427,23 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
             };
             ("control", common, Plan::Control(cfg))
         }
-    };
-    let out = common.out.clone().unwrap_or_else(|| default_out(name));
+        Suite::Membench(args) => membench::plan(args)?,
+        Suite::Latency(args) => latency::plan(args)?,
+        Suite::Itc(args) => itc::plan(args)?,
+    })
+}
+
+/// Runs `plans` one after the other into one results document in `out` (which must not hold one yet),
+/// then writes report.html, the CSVs and the gnuplot script beside it and records the run in the history.
+/// `progress` (the default run's bars) is told when each plan starts and ends.
+fn execute(
+    plans: Vec<(&'static str, Plan)>,
+    out: &std::path::Path,
+    history_db: Option<&std::path::Path>,
+    command: String,
+    pre_warnings: Vec<String>,
+    mut progress: Option<&mut all::Progress>,
+) -> Result<i32, Usage> {
     if out.exists() && out.join(rtcell_report::doc::RESULTS_FILE).exists() {
         return usage(format!(
             "--out {}: it already holds a results.json; pick another directory or remove it",
@@ -453,51 +466,105 @@ fn bench(suite: Suite) -> Result<i32, Usage> {
     let started = Instant::now();
     let steal = StealSampler::start();
 
-    let run = match plan {
-        Plan::C2c(cfg) => rtcell_bench::c2c::run(&tsc, &cfg),
-        Plan::Loopback(cfg) => loopback::run(&tsc, &cfg),
-        Plan::Control(cfg) => control_suite::run(&tsc, &cfg),
-    };
-    let run: SuiteRun = match run {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {name}: {e}");
-            return Ok(1);
+    let check_cpu = plans.first().map_or(0, |(_, p)| tune::plan_cell_cpu(p));
+    // Per suite: (name, failure) and how the run ended overall.
+    let mut failures: Vec<(&str, String)> = Vec::new();
+    let (mut errors, mut incomplete) = (0u64, false);
+    let mut texts = Vec::new();
+    for (i, (name, plan)) in plans.into_iter().enumerate() {
+        if rtcell_bench::stop_requested() {
+            incomplete = true;
+            break;
         }
-    };
+        if let Some(p) = progress.as_deref_mut() {
+            p.start(i);
+        }
+        let run = match plan {
+            Plan::C2c(cfg) => rtcell_bench::c2c::run(&tsc, &cfg),
+            Plan::Loopback(cfg) => loopback::run(&tsc, &cfg),
+            Plan::Control(cfg) => control_suite::run(&tsc, &cfg),
+            Plan::Membench(cfg) => rtcell_bench::membench::run(&tsc, &cfg),
+            Plan::Latency(cfg) => rtcell_bench::latency::run(&tsc, &cfg),
+            Plan::Itc(cfg) => rtcell_bench::itc::run(&tsc, &cfg),
+        };
+        if let Some(p) = progress.as_deref_mut() {
+            p.done(i);
+        }
+        let mut run: SuiteRun = match run {
+            Ok(r) => r,
+            Err(e) => {
+                // A suite that could not run at all: the others still run and are written.
+                eprintln!("error: {name}: {e}");
+                failures.push((name, e.to_string()));
+                continue;
+            }
+        };
+        rtcell_bench::loads::attach_reports(&mut run);
+        results.warnings.extend(run.warnings.iter().cloned());
+        errors += run.errors;
+        incomplete |= run.incomplete;
+        if let Some(f) = &run.failure {
+            failures.push((name, f.clone()));
+            incomplete = true;
+        }
+        texts.push(run.text);
+        results.suites.push(run.suite);
+    }
+    if let Some(p) = progress {
+        p.finish();
+    }
     results.host.steal_pct = steal.finish();
+    tune::record_check(&mut results.host, check_cpu);
     results.finish(started);
-    results.warnings.extend(host_warnings(&results.host));
-    results.warnings.extend(pre_warnings);
-    results.warnings.extend(run.warnings.iter().cloned());
-    results.incomplete = run.incomplete;
-    results.suites.push(run.suite);
+    let mut warnings = host_warnings(&results.host);
+    warnings.extend(pre_warnings);
+    warnings.append(&mut results.warnings);
+    results.warnings = warnings;
+    results.incomplete = incomplete;
 
-    println!("{}", run.text);
+    for t in &texts {
+        println!("{t}");
+    }
     if !results.warnings.is_empty() {
         println!("Warnings:");
         for w in &results.warnings {
             println!("  - {w}");
         }
     }
-    match results.write_to_dir(&out) {
-        Ok(path) => println!("\nresults: {}", path.display()),
+    match results.write_to_dir(out) {
+        Ok(path) => {
+            println!("\nresults: {}", path.display());
+            report::write_beside(&results, out);
+            match rtcell_report::export::write_exports(&results, out) {
+                Ok(x) => println!(
+                    "CSV: {} ({} histogram files); gnuplot: cd {} && gnuplot {}",
+                    out.join(&x.summary).display(),
+                    x.series_csvs.len(),
+                    out.display(),
+                    x.gnuplot.display()
+                ),
+                Err(e) => eprintln!("warning: could not write the CSV files: {e}"),
+            }
+            history::record(history_db, &results, &path);
+        }
         Err(e) => {
             eprintln!("error: could not write the results: {e}");
             return Ok(1);
         }
     }
-    if let Some(f) = &run.failure {
-        eprintln!("error: {name}: {f}");
+    if !failures.is_empty() {
+        for (name, f) in &failures {
+            eprintln!("error: {name}: {f}");
+        }
         eprintln!("the results above cover only what ran before that (marked incomplete)");
         return Ok(1);
     }
-    if run.incomplete {
+    if incomplete {
         eprintln!("interrupted: the results cover only what ran before Ctrl-C (marked incomplete)");
         return Ok(EXIT_INTERRUPTED);
     }
-    if run.errors > 0 {
-        eprintln!("FAILED: {} measurement errors (see the errors column)", run.errors);
+    if errors > 0 {
+        eprintln!("FAILED: {errors} measurement errors (see the errors column)");
         return Ok(1);
     }
     Ok(0)
@@ -507,6 +574,9 @@ enum Plan {
     C2c(C2cConfig),
     Loopback(LoopbackConfig),
     Control(ControlConfig),
+    Membench(rtcell_bench::membench::MembenchConfig),
+    Latency(rtcell_bench::latency::LatencyConfig),
+    Itc(rtcell_bench::itc::ItcConfig),
 }
 
 /// The cell kinds of a `--cell` list: names, or `auto` (thread, process, and kvm when usable; a skipped

@@ -6,8 +6,26 @@ use std::process::{Command, Output};
 
 pub const SCHEMA: &str = include_str!("../../../schema/results.schema.json");
 
+/// The rtcell binary, recording its runs in a history of this test binary's own (see [`test_home`]),
+/// never in the user's.
 pub fn rtcell() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_rtcell"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rtcell"));
+    c.env("RTCELL_HOME", test_home());
+    c
+}
+
+/// `RTCELL_HOME` of the tests: a directory under the build's temporary directory, one per test binary,
+/// emptied when the binary first asks for it (so it does not grow from one test run to the next).
+pub fn test_home() -> &'static Path {
+    static HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let name = exe.file_stem().map_or("tests".into(), |s| s.to_string_lossy().into_owned());
+        let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rtcell-home").join(name);
+        let _ = std::fs::remove_dir_all(&home);
+        std::fs::create_dir_all(&home).expect("create the tests' RTCELL_HOME");
+        home
+    })
 }
 
 /// Benchmarks busy-poll both CPUs at real-time priority: run them one at a time.

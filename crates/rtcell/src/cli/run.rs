@@ -15,7 +15,8 @@ use rtcell_scenario::{HostView, parse_duration};
 
 use super::{EXIT_INTERRUPTED, EXIT_USAGE, default_out, host_summary, host_warnings, install_ctrlc};
 
-pub fn main(file: &Path, duration: Option<&str>, out: Option<PathBuf>) -> i32 {
+/// `history`: the run history to record the run in (`--history PATH`; `None`: the default location).
+pub fn main(file: &Path, duration: Option<&str>, out: Option<PathBuf>, history: Option<&Path>) -> i32 {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let host = HostView::here();
     let mut plan = match rtcell_scenario::load(file, &host) {
@@ -100,7 +101,11 @@ pub fn main(file: &Path, duration: Option<&str>, out: Option<PathBuf>) -> i32 {
         println!("log: {}", f.display());
     }
     match results.write_to_dir(&out) {
-        Ok(path) => println!("\nresults: {}", path.display()),
+        Ok(path) => {
+            println!("\nresults: {}", path.display());
+            super::report::write_beside(&results, &out);
+            super::history::record(history, &results, &path);
+        }
         Err(e) => {
             eprintln!("error: could not write the results: {e}");
             return 1;
