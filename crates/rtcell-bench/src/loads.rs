@@ -422,19 +422,24 @@ pub fn take_reports() -> Vec<LoadReport> {
 /// `load_runs` (which load, on which CPUs, its processes and whether each stayed alive), its text a
 /// line per load of processes, and every load process that died becomes a warning.
 pub fn attach_reports(run: &mut crate::SuiteRun) {
+    attach_reports_to(&mut run.suite, &mut run.warnings, &mut run.text);
+}
+
+/// [`attach_reports`] for a run that is not a [`crate::SuiteRun`] (a scenario): the same, into its parts.
+pub fn attach_reports_to(suite: &mut rtcell_report::Suite, warnings: &mut Vec<String>, text: &mut String) {
     let reports = take_reports();
     if reports.is_empty() {
         return;
     }
     for r in &reports {
-        run.warnings.extend(r.warnings());
+        warnings.extend(r.warnings());
         // The suites print the memcpy rate themselves.
         if !r.processes.is_empty() {
-            run.text.push_str(&r.summary());
-            run.text.push('\n');
+            text.push_str(&r.summary());
+            text.push('\n');
         }
     }
-    if let Some(config) = run.suite.config.as_object_mut() {
+    if let Some(config) = suite.config.as_object_mut() {
         config.insert("load_runs".into(), reports.iter().map(LoadReport::to_json).collect());
     }
 }

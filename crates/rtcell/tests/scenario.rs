@@ -157,6 +157,8 @@ fn offload_example_checks_every_reply_against_the_reference() {
     assert_eq!(exec["errors"], 0, "a reply differed from the reference: {t}");
     assert!(t.contains("f64, bit for bit"), "{t}");
     assert!(doc["suites"][0]["config"]["loads"][0]["kind"] == "memcpy");
+    assert!(doc["host"]["check"].is_object(), "the check of the cell CPU is recorded: {}", doc["host"]);
+    assert_eq!(doc["suites"][0]["config"]["load_runs"][0]["kind"], "memcpy", "{}", doc["suites"][0]["config"]);
     let kind = doc["suites"][0]["config"]["cells"][0]["kind"].as_str().unwrap().to_string();
     assert!(kind == "kvm" || kind == "thread", "{kind}");
 }

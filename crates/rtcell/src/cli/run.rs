@@ -83,14 +83,24 @@ pub fn main(file: &Path, duration: Option<&str>, out: Option<PathBuf>, history: 
         }
     };
     results.host.steal_pct = steal.finish();
+    // The check of the first cell's CPU (the last online CPU when the scenario has no cell).
+    let cell_cpu = plan
+        .cells
+        .first()
+        .map(|c| c.cpu)
+        .unwrap_or_else(|| rtcell_host::cpu::online_cpus().ok().and_then(|c| c.last().copied()).unwrap_or(0));
+    super::tune::record_check(&mut results.host, cell_cpu);
     results.finish(started);
     results.warnings.extend(host_warnings(&results.host));
     results.warnings.extend(r.warnings.iter().cloned());
     results.warnings.extend(r.errors.iter().map(|e| format!("error: {e}")));
     results.incomplete = r.incomplete;
-    results.suites.push(rtcell_scenario::report::suite(&plan, &r));
+    let mut suite = rtcell_scenario::report::suite(&plan, &r);
+    let mut text = rtcell_scenario::report::text(&plan, &r);
+    rtcell_bench::loads::attach_reports_to(&mut suite, &mut results.warnings, &mut text);
+    results.suites.push(suite);
 
-    println!("{}", rtcell_scenario::report::text(&plan, &r));
+    println!("{text}");
     if !results.warnings.is_empty() {
         println!("Warnings:");
         for w in &results.warnings {
