@@ -1,5 +1,6 @@
 //! Builds the KVM payloads (`guest/`, a Cargo workspace of its own) as static bare-metal ELF files for
-//! the host target, and copies them into OUT_DIR, where `src/payloads.rs` embeds them.
+//! the host target, and copies them into OUT_DIR, where `src/payloads.rs` embeds them. The same build
+//! makes the runtime of C payloads (`guest/c-runtime`, `librtcell_payload.a`), which `src/sdk.rs` embeds.
 //!
 //! The nested build gets a clean environment: nothing the outer build was given for its own code
 //! (RUSTFLAGS, wrappers such as clippy's, profile overrides, a target directory) may leak into it.
@@ -11,6 +12,8 @@ use std::process::{Command, exit};
 
 /// The payload binaries `guest/` builds (keep in step with `NAMES` in `src/payloads.rs`).
 const PAYLOADS: &[&str] = &["echo", "control", "spin", "faults"];
+/// The archive of the C payload runtime (`guest/c-runtime`), embedded by `src/sdk.rs`.
+const C_RUNTIME: &str = "librtcell_payload.a";
 
 /// Inherited variables that would change how the nested build compiles or where it writes.
 const REMOVED_VARS: &[&str] = &[
@@ -74,6 +77,10 @@ fn main() {
         "guest/Cargo.lock",
         "guest/payload.ld",
         "guest/src",
+        "guest/c-runtime/Cargo.toml",
+        "guest/c-runtime/src",
+        "crates/rtcell-capi/Cargo.toml",
+        "crates/rtcell-capi/src",
         "crates/rtcell-guest/Cargo.toml",
         "crates/rtcell-guest/src",
         "crates/rtcell-shm/Cargo.toml",
@@ -88,7 +95,7 @@ fn main() {
     let target_dir = out_dir.join("guest-target");
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&guest)
-        .args(["build", "--release", "--locked", "--manifest-path"])
+        .args(["build", "--release", "--locked", "--workspace", "--manifest-path"])
         .arg(guest.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(&target_dir);
@@ -110,7 +117,7 @@ fn main() {
             output.status
         ));
     }
-    for name in PAYLOADS {
+    for name in PAYLOADS.iter().chain([&C_RUNTIME]) {
         let built = target_dir.join("release").join(name);
         if let Err(e) = std::fs::copy(&built, out_dir.join(name)) {
             fail(&format!("payload {name}: cannot copy {}: {e}", built.display()));

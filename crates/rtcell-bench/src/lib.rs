@@ -2,6 +2,7 @@
 //! `Suite` plus a human report. Timing uses the TSC on the measured path; statistics are computed after.
 
 pub mod c2c;
+pub mod capi;
 pub mod control;
 pub mod itc;
 pub mod latency;

@@ -10,6 +10,7 @@
 
 pub mod activation;
 pub mod control;
+pub mod cprobe;
 pub mod workload;
 
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -25,6 +26,7 @@ use rtcell_shm::RegionView;
 use rtcell_shm::mapping::SharedMemory;
 
 pub use control::{CellState, ControlBlock};
+pub use cprobe::{c_probe_main, probe_c_task};
 pub use workload::{WorkloadEnd, WorkloadSpec};
 
 /// How a cell is isolated.
@@ -146,6 +148,8 @@ pub enum CellError {
     Kvm { cell: String, source: rtcell_kvm::KvmError },
     #[error("cell {cell:?}: no payload named {payload:?} (built-in payloads: {known})")]
     NoPayload { cell: String, payload: String, known: String },
+    #[error("cell {cell:?}: {source}")]
+    PayloadFile { cell: String, source: rtcell_kvm::elf::FileError },
 }
 
 /// Final account of a cell.
@@ -499,20 +503,25 @@ fn tsc_khz() -> u64 {
 
 fn start_kvm(spec: &CellSpec, shm: &Arc<SharedMemory>) -> Result<rtcell_kvm::KvmCell, CellError> {
     let (payload, args, guest_writable) = spec.workload.kvm_payload(&spec.name);
-    let elf = rtcell_kvm::payloads::payload(&payload).ok_or_else(|| CellError::NoPayload {
-        cell: spec.name.clone(),
-        payload: payload.clone(),
-        known: rtcell_kvm::payloads::NAMES.join(", "),
+    let ram_size = spec.vm.ram_mib as u64 * (1 << 20);
+    // A built-in payload by name, or a payload ELF file by path, checked before anything starts.
+    let elf = rtcell_kvm::payloads::resolve(&payload, ram_size).map_err(|e| match e {
+        rtcell_kvm::payloads::PayloadError::Unknown(_) => CellError::NoPayload {
+            cell: spec.name.clone(),
+            payload: payload.clone(),
+            known: rtcell_kvm::payloads::NAMES.join(", "),
+        },
+        rtcell_kvm::payloads::PayloadError::File(source) => CellError::PayloadFile { cell: spec.name.clone(), source },
     })?;
     let cfg = rtcell_kvm::KvmConfig {
         name: spec.name.clone(),
         payload_name: payload,
-        payload: elf.into(),
+        payload: elf,
         args,
         cpu: spec.cpu,
         priority: spec.priority,
         lock_memory: spec.lock_memory,
-        ram_size: spec.vm.ram_mib as u64 * (1 << 20),
+        ram_size,
         region: Arc::clone(shm),
         guest_writable,
         exception_handlers: spec.vm.exception_handlers,

@@ -19,8 +19,10 @@ pub enum WorkloadSpec {
     /// output and the TSC ticks of the step alone. A request with the reset flag zeroes the state first;
     /// a probe request times an empty region instead (the clock's own cost in this cell).
     Control { rx: String, tx: String, precision: String },
-    /// A named payload with its arguments, for kvm cells only (e.g. `spin`, `faults`). `guest_writes` names
-    /// the channels the payload may write; the rest of the region is read-only to it.
+    /// A named payload with its arguments, for kvm cells only (e.g. `spin`, `faults`), or a payload ELF
+    /// file: a path containing `/` or ending in `.elf` (e.g. a C payload built with the SDK's
+    /// `payload.mk`). `guest_writes` names the channels the payload may write; the rest of the region is
+    /// read-only to it.
     Payload { payload: String, args: String, guest_writes: Vec<String> },
     /// Periodic tasks (`rtcell_tasks`): one SCHED_FIFO thread per task on the cell CPU, released on a
     /// common schedule, with statistics, watchdog and safe outputs in the region. Thread and process

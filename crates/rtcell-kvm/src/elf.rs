@@ -1,6 +1,9 @@
 //! Payload ELF loading. The file is untrusted input (it may come over the network later): every header
 //! field is checked before a byte is copied, and nothing outside the payload area of guest RAM is touched.
 
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
 use object::Endianness;
 use object::elf::{EM_X86_64, ET_EXEC, FileHeader64, PF_X, PT_DYNAMIC, PT_INTERP, PT_LOAD};
 use object::read::elf::{FileHeader, ProgramHeader};
@@ -123,6 +126,47 @@ pub fn parse(data: &[u8], ram_size: u64) -> Result<Image, ElfError> {
         return Err(ElfError::BadEntry(entry));
     }
     Ok(Image { entry, segments })
+}
+
+/// Checks `data` as a payload for a guest with `ram_size` bytes of RAM, as [`parse`] does when the cell
+/// starts: for refusing a payload before anything starts.
+pub fn validate(data: &[u8], ram_size: u64) -> Result<(), ElfError> {
+    parse(data, ram_size).map(|_| ())
+}
+
+/// Why a payload file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("payload file {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("payload file {} is not a usable payload: {source}", path.display())]
+    Elf { path: PathBuf, source: ElfError },
+}
+
+/// Reads the payload ELF file at `path` and checks it for a guest with `ram_size` bytes of RAM.
+pub fn read_file(path: &Path, ram_size: u64) -> Result<Vec<u8>, FileError> {
+    let read_err = |source| FileError::Read { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(read_err(std::io::Error::other("not a regular file")));
+    }
+    if meta.len() > MAX_ELF_BYTES as u64 {
+        return Err(FileError::Elf {
+            path: path.to_path_buf(),
+            source: ElfError::TooLarge(usize::try_from(meta.len()).unwrap_or(usize::MAX)),
+        });
+    }
+    // One byte more than the limit, in case the file grew since its size was read.
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_ELF_BYTES as u64 + 1).read_to_end(&mut data).map_err(read_err)?;
+    validate(&data, ram_size).map_err(|source| FileError::Elf { path: path.to_path_buf(), source })?;
+    Ok(data)
+}
+
+/// Checks the payload ELF file at `path` for a guest with `ram_size` bytes of RAM (see [`read_file`]).
+pub fn validate_file(path: &Path, ram_size: u64) -> Result<(), FileError> {
+    read_file(path, ram_size).map(|_| ())
 }
 
 impl Image {

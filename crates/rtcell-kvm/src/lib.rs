@@ -5,6 +5,7 @@
 pub mod elf;
 pub mod layout;
 pub mod payloads;
+pub mod sdk;
 pub mod stats;
 pub mod vm;
 

@@ -35,6 +35,41 @@ pub fn payload(name: &str) -> Option<&'static [u8]> {
     }
 }
 
+/// Whether `payload` names a payload ELF file rather than a built-in payload: it contains a `/` or ends
+/// in `.elf` (e.g. `./ctrl.elf`, `build/ctrl.elf`, `ctrl.elf`).
+pub fn is_file(payload: &str) -> bool {
+    payload.contains('/') || payload.ends_with(".elf")
+}
+
+/// Why a payload could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    #[error(
+        "no payload named {0:?} (built-in payloads: {names}; a payload file is a path containing '/' or ending in .elf)",
+        names = NAMES.join(", ")
+    )]
+    Unknown(String),
+    #[error(transparent)]
+    File(#[from] crate::elf::FileError),
+}
+
+/// The ELF bytes of `payload`: a built-in payload by name, or (see [`is_file`]) a payload file, read and
+/// checked for a guest with `ram_size` bytes of RAM.
+pub fn resolve(payload: &str, ram_size: u64) -> Result<std::sync::Arc<[u8]>, PayloadError> {
+    if is_file(payload) {
+        return Ok(crate::elf::read_file(std::path::Path::new(payload), ram_size)?.into());
+    }
+    self::payload(payload).map(Into::into).ok_or_else(|| PayloadError::Unknown(payload.into()))
+}
+
+/// Checks `payload` (as [`resolve`] gets it) for a guest with `ram_size` bytes of RAM, without keeping it:
+/// a scenario refuses a missing or malformed payload before anything starts.
+pub fn validate(payload: &str, ram_size: u64) -> Result<(), PayloadError> {
+    let elf = resolve(payload, ram_size)?;
+    crate::elf::validate(&elf, ram_size)
+        .map_err(|source| crate::elf::FileError::Elf { path: std::path::PathBuf::from(payload), source }.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +166,20 @@ mod tests {
             check(name, f);
         }
         assert!(payload("nope").is_none());
+    }
+
+    #[test]
+    fn names_and_paths() {
+        assert!(!is_file("echo"));
+        assert!(is_file("ctrl.elf"));
+        assert!(is_file("./echo"));
+        assert!(is_file("/tmp/x"));
+        assert!(resolve("echo", DEFAULT_RAM).is_ok());
+        assert!(validate("spin", DEFAULT_RAM).is_ok());
+        let e = resolve("nope", DEFAULT_RAM).unwrap_err().to_string();
+        assert!(e.contains("no payload named \"nope\"") && e.contains("echo, control"), "{e}");
+        let e = validate("/nonexistent/x.elf", DEFAULT_RAM).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/x.elf") && e.contains("No such file"), "{e}");
     }
 
     #[test]

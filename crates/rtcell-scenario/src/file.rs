@@ -52,6 +52,9 @@ pub struct RawScenario {
     pub channels: BTreeMap<String, RawChannel>,
     #[serde(default)]
     pub signals: BTreeMap<String, RawSignal>,
+    /// AUTOSAR-COM-style channels: signals and signal groups, for C code and the `com_master` task.
+    #[serde(default)]
+    pub com: BTreeMap<String, RawCom>,
     #[serde(default)]
     pub tasks: BTreeMap<String, RawTask>,
     #[serde(default)]
@@ -98,6 +101,39 @@ pub struct RawChannel {
 pub struct RawSignal {
     /// Number of f64 values.
     pub values: u32,
+}
+
+/// A COM channel: one direction, several signals, optionally grouped.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCom {
+    #[serde(default)]
+    pub groups: Vec<RawComGroup>,
+    pub signals: Vec<RawComSignal>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawComGroup {
+    pub id: u16,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawComSignal {
+    pub id: u16,
+    pub name: String,
+    /// AUTOSAR type: uint8 .. uint64, sint8 .. sint64, float32, float64, boolean; or leave it out and
+    /// give `bytes` (an opaque byte array).
+    #[serde(rename = "type")]
+    pub ty: Option<String>,
+    pub bytes: Option<u32>,
+    /// Dynamic length (0..=bytes per send); not for group members.
+    #[serde(default)]
+    pub dynamic: bool,
+    /// The id of the group the signal belongs to.
+    pub group: Option<u16>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -170,6 +206,19 @@ pub enum RawWork {
     Master {
         request: String,
         reply: String,
+    },
+    /// C code: `step` from a shared object (thread and process cells) or a payload ELF (kvm cells).
+    C {
+        library: Option<String>,
+        init: Option<String>,
+        step: Option<String>,
+        payload: Option<String>,
+        com: Option<Vec<String>>,
+    },
+    /// The master of the C offload over COM signals.
+    ComMaster {
+        input: String,
+        output: String,
     },
 }
 
@@ -283,6 +332,11 @@ fn example_for(field: &str) -> &'static str {
         "from_deg" => "from_deg = 0",
         "to_deg" => "to_deg = 90",
         "move_s" => "move_s = 2",
+        "signals" => "signals = [{ id = 1, name = \"seq\", type = \"uint32\" }]",
+        "id" => "id = 1",
+        "name" => "name = \"seq\"",
+        "input" => "input = \"ctrl.in\"",
+        "output" => "output = \"ctrl.out\"",
         _ => "",
     }
 }

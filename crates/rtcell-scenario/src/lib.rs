@@ -11,5 +11,5 @@ pub mod report;
 pub mod run;
 
 pub use file::Diag;
-pub use plan::{HostView, Invalid, Plan, load, parse_duration, validate_text};
+pub use plan::{HostView, Invalid, Plan, load, load_with, parse_duration, validate_text, validate_text_with};
 pub use run::{RunResult, StartError, run};

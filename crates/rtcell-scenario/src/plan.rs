@@ -12,6 +12,9 @@ use rtcell_tasks::{Inject, MissedPolicy, TaskSpec, TaskWork, Watchdog};
 
 use crate::file::{Diag, RawScenario, RawService, RawWork, Spans, parse};
 
+mod com;
+pub use com::{PlanCom, PlanComSignal};
+
 /// The name tasks use for the Linux side (the master CPU).
 pub const LINUX: &str = "linux";
 /// Most values in a signal.
@@ -104,6 +107,8 @@ pub struct Plan {
     pub cells: Vec<PlanCell>,
     pub channels: Vec<PlanChannel>,
     pub signals: Vec<PlanSignal>,
+    /// AUTOSAR-COM-style channels.
+    pub coms: Vec<PlanCom>,
     /// In file order.
     pub tasks: Vec<PlanTask>,
     pub loads: Vec<PlanLoad>,
@@ -129,18 +134,52 @@ impl std::error::Error for Invalid {}
 
 /// Reads and validates `path`.
 pub fn load(path: &Path, host: &HostView) -> Result<Plan, Invalid> {
+    load_with(path, host, &[])
+}
+
+/// Reads and validates `path`, with cells' kinds overridden: `(cell, kind)` pairs (`rtcell run --kind`).
+pub fn load_with(path: &Path, host: &HostView, kinds: &[(String, String)]) -> Result<Plan, Invalid> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| Invalid {
         file: file.clone(),
         diags: vec![Diag::new(None, "", format!("cannot read the scenario: {e}"), "check the path")],
     })?;
-    validate_text(&text, path, host)
+    validate_text_with(&text, path, host, kinds)
 }
 
 /// Validates the text of a scenario file named `path`.
 pub fn validate_text(text: &str, path: &Path, host: &HostView) -> Result<Plan, Invalid> {
+    validate_text_with(text, path, host, &[])
+}
+
+/// [`validate_text`] with cells' kinds overridden.
+pub fn validate_text_with(
+    text: &str,
+    path: &Path,
+    host: &HostView,
+    kinds: &[(String, String)],
+) -> Result<Plan, Invalid> {
     let file = path.display().to_string();
-    let (raw, spans) = parse(text).map_err(|d| Invalid { file: file.clone(), diags: vec![d] })?;
+    let (mut raw, spans) = parse(text).map_err(|d| Invalid { file: file.clone(), diags: vec![d] })?;
+    for (cell, kind) in kinds {
+        let Some(c) = raw.cells.get_mut(cell) else {
+            let known: Vec<&str> = raw.cells.keys().map(String::as_str).collect();
+            return Err(Invalid {
+                file,
+                diags: vec![Diag::new(
+                    None,
+                    "",
+                    format!("--kind {cell}={kind}: the scenario has no cell named {cell:?}"),
+                    format!("use one of: {}", known.join(", ")),
+                )],
+            });
+        };
+        c.kind = kind.clone();
+        if kind != "kvm" {
+            // A fallback is for a kvm cell; the cell is now asked to be something else.
+            c.fallback = None;
+        }
+    }
     let mut v = Validator { spans: &spans, diags: Vec::new() };
     let plan = v.plan(&raw, path, host);
     if v.diags.is_empty() {
@@ -168,6 +207,15 @@ fn name_problem(name: &str, max: usize) -> Option<String> {
         return Some(format!("name {name:?} is reserved (sched, ctl.*, task.* are rtcell's own channels)"));
     }
     None
+}
+
+/// Whether `path` holds a payload a kvm cell can load, checked before anything starts.
+fn check_payload_file(path: &Path) -> Result<(), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !bytes.starts_with(b"\x7fELF") {
+        return Err(format!("{} is not an ELF file", path.display()));
+    }
+    Ok(())
 }
 
 fn us_to_ns(us: u64) -> u64 {
@@ -405,6 +453,11 @@ impl Validator<'_> {
             }
             signals.push(PlanSignal { name: n.clone(), values: s.values });
         }
+        let taken: BTreeSet<&str> = raw.channels.keys().chain(raw.signals.keys()).map(|k| k.as_str()).collect();
+        let coms = self.com_channels(&raw.com, &taken);
+        let scenario_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        // C tasks of kvm cells: task name → (payload file, COM channels).
+        let mut kvm_c: BTreeMap<String, (PathBuf, Vec<String>)> = BTreeMap::new();
         let signal_values: BTreeMap<&str, u32> = raw.signals.iter().map(|(k, v)| (k.as_str(), v.values)).collect();
         let channel_bytes: BTreeMap<&str, u32> =
             raw.channels.iter().map(|(k, v)| (k.as_str(), v.frame_bytes)).collect();
@@ -459,10 +512,10 @@ impl Validator<'_> {
                         master_cpu
                     }
                     Some(c) => {
-                        if c.requested == CellKind::Kvm {
+                        if c.requested == CellKind::Kvm && !matches!(t.workload, RawWork::C { .. }) {
                             self.err(
                                 &format!("{p}.cell"),
-                                format!("cell {:?} is a kvm cell: tasks run only in thread and process cells (no task executive inside a payload)", t.cell),
+                                format!("cell {:?} is a kvm cell: a kvm cell runs one C task (workload kind = \"c\" with a payload), no other tasks", t.cell),
                                 "put the task in a thread or process cell, or on the Linux side (cell = \"linux\")",
                             );
                         } else if c.role != CellRole::Tasks {
@@ -659,6 +712,60 @@ impl Validator<'_> {
                     let precision = served.unwrap_or(rtcell_control::offload::Precision::F64);
                     (TaskWork::Master { request: request.clone(), reply: reply.clone(), precision }, 5.0)
                 }
+                RawWork::C { library, init, step, payload, com } => {
+                    let com = self.c_task_com(&format!("{p}.workload.com"), com.as_ref(), &coms);
+                    let kind = cell_by_name.get(t.cell.as_str()).map(|c| c.kind);
+                    if t.cell == LINUX {
+                        self.err(
+                            &format!("{p}.cell"),
+                            "C code runs in a cell, not on the Linux side",
+                            "put the task in a thread, process or kvm cell",
+                        );
+                    }
+                    let file = |v: &mut Self, field: &str, f: &Option<String>, example: &str| -> Option<PathBuf> {
+                        let path = format!("{p}.workload.{field}");
+                        let Some(f) = f else {
+                            v.err(
+                                &path,
+                                format!("a C task in a {} cell needs a {field}", kind.map_or("?", |k| k.as_str())),
+                                format!("add {field} = \"{example}\" (relative to the scenario file)"),
+                            );
+                            return None;
+                        };
+                        let abs = scenario_dir.join(f);
+                        let abs = abs.canonicalize().unwrap_or(abs);
+                        if !abs.is_file() {
+                            v.err(&path, format!("no file {}", abs.display()), "build it first (see examples/c-controller/README.md), or fix the path: it is relative to the scenario file");
+                        }
+                        Some(abs)
+                    };
+                    let step_name = step.clone().unwrap_or_default();
+                    let library = if kind == Some(CellKind::Kvm) {
+                        if let Some(elf) = file(self, "payload", payload, "build/ctrl.elf") {
+                            if let Err(e) = check_payload_file(&elf) {
+                                self.err(&format!("{p}.workload.payload"), e, "rebuild it with the SDK's payload.mk");
+                            }
+                            kvm_c.insert(tname.clone(), (elf, com.clone()));
+                        }
+                        String::new()
+                    } else {
+                        if step_name.is_empty() {
+                            self.err(
+                                &format!("{p}.workload.step"),
+                                "a C task names its step function",
+                                "add step = \"ctrl_step\" (a `void f(void)` in the library)",
+                            );
+                        }
+                        file(self, "library", library, "build/libctrl.so")
+                            .map(|l| l.display().to_string())
+                            .unwrap_or_default()
+                    };
+                    (TaskWork::C { library, init: init.clone(), step: step_name, com }, 1.0)
+                }
+                RawWork::ComMaster { input, output } => {
+                    let ids = self.com_master_ids(&p, input, output, &coms);
+                    (TaskWork::ComMaster { input: input.clone(), output: output.clone(), ids }, 5.0)
+                }
             };
             match (&t.output, needs_output) {
                 (Some(o), need) => {
@@ -757,6 +864,39 @@ impl Validator<'_> {
             });
         }
 
+        // A kvm cell runs its C task as a payload: the task becomes the cell's role.
+        let mut as_payload: Vec<String> = Vec::new();
+        for c in cells.iter_mut().filter(|c| c.kind == CellKind::Kvm) {
+            let mine: Vec<&PlanTask> = tasks.iter().filter(|t| t.cell.as_deref() == Some(c.name.as_str())).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            if mine.len() > 1 {
+                self.err(
+                    &format!("cells.{}", c.name),
+                    format!("kvm cell {:?} has {} tasks; a kvm cell runs one C task", c.name, mine.len()),
+                    "move the other tasks to a thread or process cell",
+                );
+                continue;
+            }
+            let t = mine[0];
+            let Some((elf, com)) = kvm_c.get(&t.spec.name) else { continue };
+            notes.push(format!(
+                "task {:?} runs as the payload of kvm cell {:?} ({}), stepped every {} us on the guest's TSC; its steps are counted in the cell's table, not as a task",
+                t.spec.name,
+                c.name,
+                elf.display(),
+                t.spec.period_ns / 1000
+            ));
+            c.role = CellRole::Payload {
+                payload: elf.display().to_string(),
+                args: format!("com={}\nperiod_ns={}\n", com.join(","), t.spec.period_ns),
+                writes: com.clone(),
+            };
+            as_payload.push(t.spec.name.clone());
+        }
+        tasks.retain(|t| !as_payload.contains(&t.spec.name));
+
         // Channel endpoints: one producer, at most one consumer (the supervisor drains the rest).
         for ch in &mut channels {
             let p = format!("channels.{}", ch.name);
@@ -807,7 +947,10 @@ impl Validator<'_> {
             }
             if let CellRole::Payload { writes, .. } = &c.role {
                 for w in writes {
-                    if !channel_bytes.contains_key(w.as_str()) && !signal_values.contains_key(w.as_str()) {
+                    if !channel_bytes.contains_key(w.as_str())
+                        && !signal_values.contains_key(w.as_str())
+                        && !raw.com.contains_key(w.as_str())
+                    {
                         self.err(
                             &format!("cells.{}.writes", c.name),
                             format!("no channel or signal named {w:?}"),
@@ -886,6 +1029,7 @@ impl Validator<'_> {
             cells,
             channels,
             signals,
+            coms,
             tasks,
             loads,
             notes,

@@ -118,6 +118,18 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             c.late
         ));
     }
+    for m in r.tasks.iter().filter(|t| matches!(t.spec.work, rtcell_tasks::TaskWork::ComMaster { .. })) {
+        let c = &m.counters;
+        s.push_str(&format!(
+            "C offload master {:?} (COM signals): {} samples sent, each held until answered; {} answers, every one checked against the reference (f64, bit for bit; {} wrong); {} came after their cycle (the master held the next sample); {} cycles ended without an answer within 90% of the deadline\n",
+            m.name,
+            c.sent,
+            c.received,
+            c.errors,
+            c.late,
+            c.recv_lost
+        ));
+    }
     for x in &r.tasks {
         if let Some(k) = x.counters.trip_cycle {
             s.push_str(&format!(
@@ -133,7 +145,8 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
         let start = c.start.map_or(String::new(), |d| format!(", started in {:.1} ms", d.as_secs_f64() * 1e3));
         let exits =
             c.vm_exits.as_ref().and_then(|e| e.get("exits")).map_or(String::new(), |n| format!(", {n} VM exits"));
-        s.push_str(&format!("Cell {:?}: {} on CPU {}, {}{start}{exits}\n", c.name, c.kind, c.cpu, c.status));
+        let handled = if c.handled > 0 { format!(", {} steps or messages handled", c.handled) } else { String::new() };
+        s.push_str(&format!("Cell {:?}: {} on CPU {}, {}{start}{exits}{handled}\n", c.name, c.kind, c.cpu, c.status));
     }
     let steal: Vec<String> = r.steal_ms.iter().map(|(cpu, ms)| format!("CPU {cpu} {ms:.0} ms")).collect();
     if !steal.is_empty() {
@@ -299,12 +312,17 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
         "cells": cells,
         "channels": plan.channels.iter().map(|c| serde_json::json!({"name": c.name, "capacity": c.frames, "frame_bytes": c.frame_bytes})).collect::<Vec<_>>(),
         "signals": plan.signals.iter().map(|s| serde_json::json!({"name": s.name, "values": s.values})).collect::<Vec<_>>(),
+        "com": plan.coms.iter().map(|c| serde_json::json!({
+            "name": c.name,
+            "groups": c.groups.iter().map(|(id, name)| serde_json::json!({"id": id, "name": name})).collect::<Vec<_>>(),
+            "signals": c.signals.iter().map(|s| serde_json::json!({"id": s.id, "name": s.name, "type": s.ty, "bytes": s.bytes, "dynamic": s.dynamic, "group": s.group})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
         "tasks": tasks,
         "loads": plan.loads.iter().map(|l| serde_json::json!({"kind": l.kind.as_str(), "cpus": l.cpus})).collect::<Vec<_>>(),
         "outcome": {
             "tasks": outcome_tasks,
             "signals": r.signals,
-            "cells": r.cells.iter().map(|c| serde_json::json!({"name": c.name, "kind": c.kind.as_str(), "cpu": c.cpu, "status": c.status, "start_ms": c.start.map(|d| d.as_secs_f64() * 1e3), "vm_exits": c.vm_exits})).collect::<Vec<_>>(),
+            "cells": r.cells.iter().map(|c| serde_json::json!({"name": c.name, "kind": c.kind.as_str(), "cpu": c.cpu, "status": c.status, "handled": c.handled, "start_ms": c.start.map(|d| d.as_secs_f64() * 1e3), "vm_exits": c.vm_exits})).collect::<Vec<_>>(),
             "steal_ms": r.steal_ms.iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
             "errors": r.errors,
             "files": r.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),

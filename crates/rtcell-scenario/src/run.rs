@@ -96,6 +96,8 @@ pub struct CellResult {
     pub status: String,
     pub start: Option<Duration>,
     pub vm_exits: Option<BTreeMap<String, u64>>,
+    /// Messages or steps the cell's workload counted (its control block's `handled`).
+    pub handled: u64,
 }
 
 /// Everything a run measured.
@@ -148,7 +150,31 @@ fn layout(plan: &Plan) -> Result<RegionLayout, String> {
     for s in &plan.signals {
         l.signal(&s.name, s.values * 8).map_err(e)?;
     }
+    for c in &plan.coms {
+        l.com(&c.name, c.config()).map_err(e)?;
+    }
     Ok(l)
+}
+
+/// Tries every C task of a thread or process cell in a throw-away process against a scratch copy of
+/// the region (load, symbols, attach, init), so a missing symbol or a crash in init is reported with
+/// the cell's name before any cell starts, and cannot take this process down.
+fn preflight_c_tasks(plan: &Plan, layout: &RegionLayout) -> Result<(), StartError> {
+    let c_tasks: Vec<&crate::plan::PlanTask> =
+        plan.tasks.iter().filter(|t| matches!(t.spec.work, TaskWork::C { .. })).collect();
+    if c_tasks.is_empty() {
+        return Ok(());
+    }
+    let scratch = SharedMemory::create_anonymous(&format!("probe-{}", plan.name), layout.size_bytes())
+        .map_err(|e| StartError(format!("shared memory: {e}")))?;
+    layout.init(scratch.words(), std::process::id()).map_err(|e| StartError(format!("region: {e}")))?;
+    for t in c_tasks {
+        let TaskWork::C { library, init, step, com } = &t.spec.work else { continue };
+        let cell = t.cell.as_deref().unwrap_or(crate::plan::LINUX);
+        rtcell_cells::probe_c_task(&scratch, library, init.as_deref(), step, com)
+            .map_err(|e| StartError(format!("cell {cell:?}: task {:?}: {e}; nothing was started", t.spec.name)))?;
+    }
+    Ok(())
 }
 
 /// Per-CPU steal counters (jiffies) from /proc/stat.
@@ -204,6 +230,7 @@ pub fn expected_releases(duration: Duration, offset_ns: u64, period_ns: u64) -> 
 /// Runs `plan` for its duration (or until `stop()` says so). `out_dir` receives the tasks' log files.
 pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -> Result<RunResult, StartError> {
     let layout = layout(plan).map_err(|e| StartError(format!("region layout: {e}")))?;
+    preflight_c_tasks(plan, &layout)?;
     let shm = SharedMemory::create_anonymous(&format!("scenario-{}", plan.name), layout.size_bytes())
         .map_err(|e| StartError(format!("shared memory: {e}")))?;
     layout.init(shm.words(), std::process::id()).map_err(|e| StartError(format!("region: {e}")))?;
@@ -408,6 +435,7 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
     let mut cell_results = Vec::new();
     for (c, start) in cells {
         let exits = c.vm_exits();
+        let handled = c.progress().1;
         let (name, kind, cpu) = (c.name().to_string(), c.kind(), c.cpu());
         let rep = c.stop(Duration::from_secs(3));
         if !matches!(rep.status, CellStatus::Done(_) | CellStatus::Stopped) {
@@ -416,7 +444,15 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
                 errors.push(msg);
             }
         }
-        cell_results.push(CellResult { name, kind, cpu, status: rep.status.to_string(), start, vm_exits: exits });
+        cell_results.push(CellResult {
+            name,
+            kind,
+            cpu,
+            status: rep.status.to_string(),
+            start,
+            vm_exits: exits,
+            handled,
+        });
     }
     if let Some(h) = linux_handle {
         let _ = h.join();

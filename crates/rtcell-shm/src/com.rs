@@ -384,15 +384,48 @@ impl<'a, 'b> ComReceiver<'a, 'b> {
         Ok(ComReceiver { view, shadow, seen, shadow_group: None })
     }
 
+    /// A receiver over storage a previous one used: `shadow_group` is what [`Self::shadow_group`] said
+    /// then (for callers that keep the storage but not the receiver, e.g. across C calls).
+    pub fn resume(
+        view: ComView<'a>,
+        shadow: &'b mut [u8],
+        seen: &'b mut [u64],
+        shadow_group: Option<u16>,
+    ) -> Result<Self, ComError> {
+        let mut r = Self::new(view, shadow, seen)?;
+        r.shadow_group = shadow_group;
+        Ok(r)
+    }
+
+    /// Which group's value the shadow holds.
+    pub fn shadow_group(&self) -> Option<u16> {
+        self.shadow_group
+    }
+
     pub fn view(&self) -> &ComView<'a> {
         &self.view
+    }
+
+    /// Blocking receive of a standalone signal this receiver has not read yet (see
+    /// [`ComView::receive_signal_blocking`]).
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn receive_signal_blocking(&mut self, id: u16, out: &mut [u8], timeout_ns: u64) -> Result<usize, ComError> {
+        match self.view.place(id)? {
+            Place::Standalone { index, .. } => {
+                self.view.receive_signal_blocking(id, out, &mut self.seen[index], timeout_ns)
+            }
+            Place::Member { .. } => Err(ComError::NotOk("a group member is read with receive_signal_group")),
+        }
     }
 
     /// Reads a signal: standalone from the channel, a group member from the shadow of the last
     /// `receive_signal_group` of its group.
     pub fn receive_signal(&mut self, id: u16, out: &mut [u8]) -> Result<(usize, Freshness), ComError> {
         match self.view.place(id)? {
-            Place::Standalone { index, .. } => self.view.receive_signal(id, out, &mut self.seen[index]),
+            // The place just looked up, read directly (not looked up again by `ComView::receive_signal`).
+            Place::Standalone { index, slot, max_len, .. } => {
+                Ok(self.view.slot(slot, max_len)?.read(out, &mut self.seen[index])?)
+            }
             Place::Member { index, group, offset, len } => {
                 let gid =
                     (self.view.words[TABLE + 2 * self.view.nsig + 2 * group].load(Ordering::Relaxed) & 0xffff) as u16;

@@ -166,6 +166,11 @@ impl<'a> RegionView<'a> {
     }
 
     /// Number of channels.
+    /// The whole region's words (for handing the region to code that attaches on its own, e.g. C).
+    pub fn words(&self) -> &'a [AtomicU64] {
+        self.words
+    }
+
     pub fn len(&self) -> usize {
         self.count
     }

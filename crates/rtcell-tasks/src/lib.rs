@@ -7,9 +7,10 @@
 //! - [`spec`]: what a task is, as data (a process cell gets it as JSON).
 //! - [`exec`]: the executive ([`run_set`]).
 //! - [`stats`]: the statistics channels and the common schedule.
-//! - [`work`]: the workloads of one cycle; [`dynamics`]: the 6-axis inverse dynamics.
+//! - [`work`]: the workloads of one cycle; [`cwork`]: user C code and the master talking to it; [`dynamics`]: the 6-axis inverse dynamics.
 
 pub mod clock;
+pub mod cwork;
 pub mod dynamics;
 pub mod exec;
 pub mod spec;

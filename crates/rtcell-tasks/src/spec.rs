@@ -141,6 +141,15 @@ pub enum TaskWork {
     /// output (f64 bit for bit, f32 and Q31 within their tolerances). Replies that do not come in time are
     /// lost; mismatches are errors.
     Master { request: String, reply: String, precision: rtcell_control::offload::Precision },
+    /// User C code from the shared object `library` (an absolute path): `init` once before the first
+    /// release, `step` every cycle, the task thread's COM context bound to COM channels `com` (all the
+    /// region's when empty) through the library's own librtcell.
+    C { library: String, init: Option<String>, step: String, com: Vec<String> },
+    /// The master of the C offload over COM signals: each cycle writes the next reference sample
+    /// (seq, reset, r, y) as a signal group on `input`, waits for the group (seq, u) with the same seq
+    /// on `output` until 90% of the deadline, and checks u bit for bit against the reference output. A
+    /// sample not answered in its cycle is held (no new one is sent) until its answer comes.
+    ComMaster { input: String, output: String, ids: crate::cwork::ComMasterIds },
 }
 
 impl TaskWork {
@@ -153,6 +162,8 @@ impl TaskWork {
             TaskWork::Drive { .. } => "drive",
             TaskWork::Log { .. } => "log",
             TaskWork::Master { .. } => "master",
+            TaskWork::C { .. } => "c",
+            TaskWork::ComMaster { .. } => "com_master",
         }
     }
 }

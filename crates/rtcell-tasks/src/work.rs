@@ -77,6 +77,8 @@ pub enum Body<'a> {
     Drive { setpoint: SignalView<'a>, torque: SignalView<'a>, out: SignalView<'a>, iters: u64 },
     Log(Box<LogBody<'a>>),
     Master(Box<MasterBody<'a>>),
+    C(Box<crate::cwork::CLibrary>),
+    ComMaster(Box<crate::cwork::ComMasterBody<'a>>),
 }
 
 pub struct LogBody<'a> {
@@ -262,6 +264,16 @@ impl<'a> Body<'a> {
                     intact: true,
                 }))
             }
+            TaskWork::C { library, init, step, com } => {
+                // On the task's own thread: the COM context C code uses is per thread.
+                let lib = crate::cwork::CLibrary::open(library, init.as_deref(), step)?;
+                lib.attach(region, com)?;
+                lib.init();
+                Body::C(Box::new(lib))
+            }
+            TaskWork::ComMaster { input, output, ids } => {
+                Body::ComMaster(Box::new(crate::cwork::ComMasterBody::prepare(region, input, output, *ids)?))
+            }
         })
     }
 
@@ -351,6 +363,11 @@ impl<'a> Body<'a> {
                 l.out.flush().map_err(|e| format!("log file {}: {e}", l.path))?;
                 Ok(0.0)
             }
+            Body::C(lib) => {
+                lib.step();
+                Ok(0.0)
+            }
+            Body::ComMaster(m) => m.cycle(c, stats),
             Body::Master(m) => {
                 let n = m.r.len() as u64;
                 let idx = (m.seq % n) as usize;

@@ -7,6 +7,7 @@ mod latency;
 mod membench;
 mod report;
 mod run;
+mod sdk;
 mod tune;
 
 use std::path::PathBuf;
@@ -78,6 +79,10 @@ enum Cmd {
         /// Output directory for results.json and the tasks' log files (default: rtcell-results/<timestamp>-scenario-<name>/).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Run cell CELL as KIND (thread, process or kvm) instead of the file's kind, e.g. --kind ctrl=process.
+        /// Repeatable.
+        #[arg(long = "kind", value_name = "CELL=KIND")]
+        kinds: Vec<String>,
         #[command(flatten)]
         history: history::HistoryDb,
     },
@@ -91,6 +96,11 @@ enum Cmd {
     /// Compare two runs series by series (median, p99.9, max), with a verdict per series.
     #[command(after_help = history::COMPARE_HELP)]
     Compare(history::CompareArgs),
+    /// Write parts of the C SDK (the kvm payload kit) under a prefix.
+    Sdk {
+        #[command(subcommand)]
+        cmd: sdk::SdkCmd,
+    },
     /// Internal: the body of a process cell (started by rtcell itself).
     #[command(name = "__cell", hide = true)]
     Cell {
@@ -100,6 +110,20 @@ enum Cmd {
         parent: u32,
         #[arg(long)]
         spec: String,
+    },
+    /// Internal: the trial of a C task's shared object (started by rtcell run).
+    #[command(name = "__c-probe", hide = true)]
+    CProbe {
+        #[arg(long)]
+        fd: i32,
+        #[arg(long)]
+        library: String,
+        #[arg(long)]
+        init: Option<String>,
+        #[arg(long)]
+        step: String,
+        #[arg(long, default_value = "")]
+        com: String,
     },
 }
 
@@ -117,6 +141,14 @@ enum ControlCmd {
         /// Seed of the simulation's process-load phases (default 0, the shipped data).
         #[arg(long, default_value_t = rtcell_control::reference::DEFAULT_SEED)]
         seed: u64,
+    },
+    /// Write the controller's parameters as C (model_data.h, model_data.c: exact hexadecimal floats), as
+    /// a code generator would for the C controller of examples/c-controller.
+    #[command(name = "export-c", after_help = "Examples:\n  rtcell control export-c --out examples/c-controller")]
+    ExportC {
+        /// Directory to write model_data.h and model_data.c into (created if missing).
+        #[arg(long)]
+        out: PathBuf,
     },
 }
 
@@ -218,6 +250,27 @@ enum Suite {
     /// pipe, FIFO, message queue, semaphore, PI mutex, condvar, futex, eventfd, UNIX sockets and rtcell rings.
     #[command(after_help = itc::AFTER_HELP)]
     Itc(itc::ItcArgs),
+    /// C against Rust in one run: the example C controller's step (examples/c-controller) against the Rust
+    /// f64 step on the cell CPU, and a COM signal round trip through the C API against the Rust API.
+    #[command(
+        after_help = "Examples:\n  rtcell bench capi --quick\n  rtcell bench capi --steps 2000000 --round-trips 1000000 --cpu 1"
+    )]
+    Capi {
+        /// Controller steps timed per implementation (default 1,000,000; --quick 100,000).
+        #[arg(long)]
+        steps: Option<usize>,
+        /// Signal round trips timed per API (default 400,000; --quick 40,000).
+        #[arg(long)]
+        round_trips: Option<usize>,
+        /// The cell CPU (default: the last online CPU).
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// The master's CPU (default: the first online CPU that is not the cell's).
+        #[arg(long)]
+        master_cpu: Option<usize>,
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 /// A usage error: printed, exit status 2.
@@ -233,13 +286,19 @@ pub fn main() -> i32 {
         Cmd::Cell { fd, parent, spec } => rtcell_cells::process_cell_main(fd, parent, &spec),
         Cmd::Check(args) => tune::check_main(args),
         Cmd::Tune(args) => tune::tune_main(args),
-        Cmd::Run { file, duration, out, history } => {
-            run::main(&file, duration.as_deref(), out, history.path.as_deref())
+        Cmd::Run { file, duration, out, kinds, history } => {
+            run::main(&file, duration.as_deref(), out, &kinds, history.path.as_deref())
         }
+        Cmd::CProbe { fd, library, init, step, com } => {
+            let com: Vec<String> = com.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+            rtcell_cells::c_probe_main(fd, &library, init.as_deref(), &step, &com)
+        }
+        Cmd::Sdk { cmd } => sdk::main(cmd),
         Cmd::History(args) => history::history_main(args),
         Cmd::Compare(args) => history::compare_main(args),
         Cmd::Report(args) => report::main(args),
         Cmd::Control { cmd: ControlCmd::Reference { out, seed } } => control_reference(out, seed),
+        Cmd::Control { cmd: ControlCmd::ExportC { out } } => control_export_c(&out),
         Cmd::Bench { suite, all } => match bench(suite, all) {
             Ok(code) => code,
             Err(Usage(m)) => {
@@ -396,6 +455,17 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
             };
             ("loopback", common, Plan::Loopback(cfg))
         }
+        Suite::Capi { steps, round_trips, cpu, master_cpu, common } => {
+            let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
+            let steps = steps.unwrap_or(if common.quick { 100_000 } else { 1_000_000 });
+            let round_trips = round_trips.unwrap_or(if common.quick { 40_000 } else { 400_000 });
+            if steps == 0 || round_trips < 8 {
+                return usage("--steps must be at least 1 and --round-trips at least 8");
+            }
+            let cfg =
+                rtcell_bench::capi::CapiConfig { master_cpu: master, cell_cpu, steps, round_trips, priority: Some(80) };
+            ("capi", common, Plan::Capi(cfg))
+        }
         Suite::Control { iterations, precision, cell, load, cpu, master_cpu, common } => {
             let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
             let iterations = iterations.unwrap_or(if common.quick {
@@ -486,6 +556,7 @@ fn execute(
             Plan::Membench(cfg) => rtcell_bench::membench::run(&tsc, &cfg),
             Plan::Latency(cfg) => rtcell_bench::latency::run(&tsc, &cfg),
             Plan::Itc(cfg) => rtcell_bench::itc::run(&tsc, &cfg),
+            Plan::Capi(cfg) => rtcell_bench::capi::run(&tsc, &cfg),
         };
         if let Some(p) = progress.as_deref_mut() {
             p.done(i);
@@ -577,6 +648,7 @@ enum Plan {
     Membench(rtcell_bench::membench::MembenchConfig),
     Latency(rtcell_bench::latency::LatencyConfig),
     Itc(rtcell_bench::itc::ItcConfig),
+    Capi(rtcell_bench::capi::CapiConfig),
 }
 
 /// The cell kinds of a `--cell` list: names, or `auto` (thread, process, and kvm when usable; a skipped
@@ -610,6 +682,23 @@ fn parse_cells(cell: &[String], pre_warnings: &mut Vec<String>) -> Result<Vec<Ce
 }
 
 /// `rtcell control reference`: the reference data of `seed` as CSV, to `out` or standard output.
+fn control_export_c(out: &std::path::Path) -> i32 {
+    let (h, c) = rtcell_control::codegen::c_model_data(&rtcell_control::DEFAULT_MODEL64);
+    let written = std::fs::create_dir_all(out)
+        .and_then(|()| std::fs::write(out.join("model_data.h"), h))
+        .and_then(|()| std::fs::write(out.join("model_data.c"), c));
+    match written {
+        Ok(()) => {
+            eprintln!("wrote {0}/model_data.h and {0}/model_data.c", out.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("error: writing the C model data into {}: {e}", out.display());
+            1
+        }
+    }
+}
+
 fn control_reference(out: Option<PathBuf>, seed: u64) -> i32 {
     use std::io::Write;
     let data = rtcell_control::reference::generate(seed);

@@ -16,10 +16,28 @@ use rtcell_scenario::{HostView, parse_duration};
 use super::{EXIT_INTERRUPTED, EXIT_USAGE, default_out, host_summary, host_warnings, install_ctrlc};
 
 /// `history`: the run history to record the run in (`--history PATH`; `None`: the default location).
-pub fn main(file: &Path, duration: Option<&str>, out: Option<PathBuf>, history: Option<&Path>) -> i32 {
+pub fn main(
+    file: &Path,
+    duration: Option<&str>,
+    out: Option<PathBuf>,
+    kinds: &[String],
+    history: Option<&Path>,
+) -> i32 {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let host = HostView::here();
-    let mut plan = match rtcell_scenario::load(file, &host) {
+    let mut overrides = Vec::new();
+    for k in kinds {
+        match k.split_once('=') {
+            Some((cell, kind)) if !cell.is_empty() && !kind.is_empty() => {
+                overrides.push((cell.to_string(), kind.to_string()))
+            }
+            _ => {
+                eprintln!("error: --kind {k:?}: give CELL=KIND, e.g. --kind ctrl=process");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    let mut plan = match rtcell_scenario::load_with(file, &host, &overrides) {
         Ok(p) => p,
         Err(invalid) => {
             eprintln!("{invalid}");

@@ -228,6 +228,7 @@ pub fn plan_cell_cpu(plan: &Plan) -> usize {
         Plan::Membench(c) => c.cpu,
         Plan::Latency(c) => c.cpu,
         Plan::Itc(c) => c.responder_cpu,
+        Plan::Capi(c) => c.cell_cpu,
         _ => super::online().last().copied().unwrap_or(0),
     }
 }
