@@ -4,7 +4,7 @@
 use core::ffi::{c_char, c_void};
 use core::ptr;
 
-use rtcell_shm::{ComError, ComReceiver, ComView, Freshness};
+use rtcell_shm::{ComError, ComReceiver, ComView, Freshness, SignalRef};
 
 use crate::error::fail;
 use crate::region::rtcell_region;
@@ -55,7 +55,13 @@ struct Chan {
     shadow_len: usize,
     seen_len: usize,
     shadow_group: Option<u16>,
+    /// Standalone signals looked up recently (each re-checked against its table entry on use).
+    refs: [Option<SignalRef>; REFS],
+    next_ref: usize,
 }
+
+/// Looked-up signals remembered per channel.
+const REFS: usize = 4;
 
 impl Chan {
     fn new(view: ComView<'static>, name: &str) -> Result<Chan, Std_ReturnType> {
@@ -76,7 +82,7 @@ impl Chan {
         };
         #[cfg(feature = "std")]
         let _ = name;
-        Ok(Chan { view, shadow, seen, shadow_len, seen_len, shadow_group: None })
+        Ok(Chan { view, shadow, seen, shadow_len, seen_len, shadow_group: None, refs: [None; REFS], next_ref: 0 })
     }
 
     /// A receiver over this channel's state; `done` stores what it remembers.
@@ -153,6 +159,27 @@ impl rtcell_com {
             }
         }
         Err(fail(E_NOT_OK, format_args!("unknown signal id {id}")))
+    }
+
+    /// Standalone signal `id`, looked up once and remembered: (channel, reference). `None` for group
+    /// members and unknown ids (the full path handles and reports those).
+    fn signal_ref(&mut self, id: u16) -> Option<(usize, SignalRef)> {
+        // Every channel's remembered signals first: a step alternating between the signals of two
+        // channels (receive from one, send on the other) finds both here.
+        for (i, c) in self.chans[..self.n].iter().enumerate() {
+            if let Some(r) = c.as_ref().and_then(|c| c.refs.iter().flatten().find(|r| r.id() == id)) {
+                return Some((i, *r));
+            }
+        }
+        let (i, _, _) = self.find_signal(id).ok()?;
+        let c = self.chans[i].as_mut()?;
+        if let Some(r) = c.refs.iter().flatten().find(|r| r.id() == id) {
+            return Some((i, *r));
+        }
+        let r = c.view.signal_ref(id).ok()?;
+        c.refs[c.next_ref] = Some(r);
+        c.next_ref = (c.next_ref + 1) % REFS;
+        Some((i, r))
     }
 
     /// The bound channel holding signal `id`.
@@ -772,6 +799,25 @@ fn fixed_len(com: &mut rtcell_com, id: u16) -> Result<(usize, usize), Std_Return
 /// `data` readable for the signal's length.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn Com_SendSignal(id: Com_SignalIdType, data: *const c_void) -> Std_ReturnType {
+    // The fast path (a remembered signal) runs outside `guard`: it calls only shared-memory code that
+    // reports problems as errors and cannot panic; everything else takes the guarded full path.
+    let c = current();
+    if !c.is_null() {
+        // SAFETY: the current context is live while current.
+        let com = unsafe { &mut *c };
+        if let Some((i, r)) = com.signal_ref(id)
+            && !r.dynamic
+            && !data.is_null()
+        {
+            // SAFETY: the caller's contract: data holds the signal's length; non-NULL checked.
+            let data = unsafe { core::slice::from_raw_parts(data as *const u8, r.max_len) };
+            let code = match com.chans[i].as_ref() {
+                Some(ch) => ch.view.send_ref(&r, data).map_or_else(com_failed, |()| E_OK),
+                None => E_NOT_OK,
+            };
+            return com.sent(code);
+        }
+    }
     guard(|| {
         let c = tri!(current_handle());
         // SAFETY: the current context is live while current.
@@ -795,6 +841,36 @@ pub unsafe extern "C" fn Com_SendSignal(id: Com_SignalIdType, data: *const c_voi
 /// `data` writable for the signal's length.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn Com_ReceiveSignal(id: Com_SignalIdType, data: *mut c_void) -> Std_ReturnType {
+    // Fast path outside `guard`, as in Com_SendSignal.
+    let c = current();
+    if !c.is_null() {
+        // SAFETY: the current context is live while current.
+        let com = unsafe { &mut *c };
+        if let Some((i, r)) = com.signal_ref(id)
+            && !r.dynamic
+            && !data.is_null()
+        {
+            // SAFETY: the caller's contract: data has room for the signal's length; non-NULL checked.
+            let out = unsafe { core::slice::from_raw_parts_mut(data as *mut u8, r.max_len) };
+            let got = match com.chans[i].as_mut() {
+                Some(ch) => match ch.seen.get_mut(r.index) {
+                    Some(seen) => ch.view.receive_ref(&r, out, seen).map_err(com_failed),
+                    None => Err(fail(COM_SERVICE_NOT_AVAILABLE, format_args!("signal index outside the receiver"))),
+                },
+                None => Err(E_NOT_OK),
+            };
+            return match got {
+                Ok((_, fresh)) => {
+                    com.counters.received += 1;
+                    if fresh == Freshness::New {
+                        com.counters.received_new += 1;
+                    }
+                    E_OK
+                }
+                Err(code) => com.count(code),
+            };
+        }
+    }
     guard(|| {
         let c = tri!(current_handle());
         // SAFETY: the current context is live while current.

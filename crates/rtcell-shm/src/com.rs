@@ -108,6 +108,28 @@ struct GroupPlace {
     capacity: usize,
 }
 
+/// A standalone signal looked up once ([`ComView::signal_ref`]): where its slot is, and the table entry
+/// it came from. Using it re-reads just that entry (two words) to confirm the table has not changed,
+/// instead of searching the table again; a changed entry falls back to a full lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalRef {
+    id: u16,
+    /// Index of the signal in the table (and of its `seen` word in a [`ComReceiver`]).
+    pub index: usize,
+    entry: (u64, u64),
+    slot: usize,
+    /// Bytes; fixed-length signals always carry exactly this many.
+    pub max_len: usize,
+    pub dynamic: bool,
+}
+
+impl SignalRef {
+    /// The signal's id.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+}
+
 /// A COM channel in shared memory.
 #[derive(Clone, Copy)]
 pub struct ComView<'a> {
@@ -209,6 +231,51 @@ impl<'a> ComView<'a> {
         let n = SignalView::words_needed(capacity);
         let w = self.words.get(slot..slot + n).ok_or(ComError::ServiceNotAvailable)?;
         SignalView::new(w, capacity).map_err(|_| ComError::ServiceNotAvailable)
+    }
+
+    /// Looks up standalone signal `id` once, for [`Self::send_ref`] and [`Self::receive_ref`].
+    pub fn signal_ref(&self, id: u16) -> Result<SignalRef, ComError> {
+        match self.place(id)? {
+            Place::Standalone { index, slot, max_len, dynamic } => Ok(SignalRef {
+                id,
+                index,
+                entry: (
+                    self.words[TABLE + 2 * index].load(Ordering::Relaxed),
+                    self.words[TABLE + 2 * index + 1].load(Ordering::Relaxed),
+                ),
+                slot,
+                max_len,
+                dynamic,
+            }),
+            Place::Member { .. } => Err(ComError::NotOk("signal belongs to a group")),
+        }
+    }
+
+    /// Whether `r`'s table entry still reads as when it was looked up (`r` came from this channel, so
+    /// its index is inside the table).
+    fn still(&self, r: &SignalRef) -> bool {
+        r.index < self.nsig
+            && self.words[TABLE + 2 * r.index].load(Ordering::Relaxed) == r.entry.0
+            && self.words[TABLE + 2 * r.index + 1].load(Ordering::Relaxed) == r.entry.1
+    }
+
+    /// [`Self::send_signal`] through a looked-up signal.
+    pub fn send_ref(&self, r: &SignalRef, data: &[u8]) -> Result<(), ComError> {
+        if !self.still(r) {
+            return self.send_signal(r.id, data);
+        }
+        check_len(data.len(), r.max_len, r.dynamic)?;
+        self.slot(r.slot, r.max_len)?.write(data)?;
+        self.notify();
+        Ok(())
+    }
+
+    /// [`Self::receive_signal`] through a looked-up signal.
+    pub fn receive_ref(&self, r: &SignalRef, out: &mut [u8], seen: &mut u64) -> Result<(usize, Freshness), ComError> {
+        if !self.still(r) {
+            return self.receive_signal(r.id, out, seen);
+        }
+        Ok(self.slot(r.slot, r.max_len)?.read(out, seen)?)
     }
 
     /// Maximum length of a signal, and whether it is dynamic.

@@ -29,7 +29,7 @@ pub mod sync;
 
 #[cfg(feature = "std")]
 pub use com::ComConfig;
-pub use com::{ComError, ComReceiver, ComView, GroupDef, SignalDef};
+pub use com::{ComError, ComReceiver, ComView, GroupDef, SignalDef, SignalRef};
 #[cfg(feature = "std")]
 pub use region::layout::{LayoutError, RegionLayout};
 pub use region::{AttachError, ChannelKind, RegionView};
