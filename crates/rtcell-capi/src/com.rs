@@ -326,27 +326,6 @@ unsafe fn bytes_mut<'a>(buf: *mut c_void, len: usize) -> Result<&'a mut [u8], St
     Ok(unsafe { core::slice::from_raw_parts_mut(buf as *mut u8, len) })
 }
 
-/// A handle argument.
-///
-/// # Safety
-/// `c` NULL or a live handle from `rtcell_com_open`, used by one thread at a time.
-unsafe fn handle<'a>(c: *mut rtcell_com) -> Result<&'a mut rtcell_com, Std_ReturnType> {
-    if c.is_null() {
-        return Err(fail(E_NOT_OK, format_args!("the COM handle is NULL")));
-    }
-    // SAFETY: the caller's contract.
-    Ok(unsafe { &mut *c })
-}
-
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(code) => return code,
-        }
-    };
-}
-
 /// Binds COM channels `channels[0..count]` of region `r` (`count` 0: every COM channel of the region)
 /// into one context; signal and group ids must be unique across them. `*out` gets the handle.
 ///
@@ -604,7 +583,7 @@ pub unsafe extern "C" fn rtcell_com_send_signal(
 ) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let com = tri!(unsafe { handle(c) });
+        let com = tri!(unsafe { crate::handle(c, "COM") });
         // SAFETY: the caller's contract.
         let data = tri!(unsafe { bytes(data, len) });
         com.send(id, data)
@@ -628,7 +607,7 @@ pub unsafe extern "C" fn rtcell_com_receive_signal(
 ) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let com = tri!(unsafe { handle(c) });
+        let com = tri!(unsafe { crate::handle(c, "COM") });
         // SAFETY: the caller's contract.
         let out = tri!(unsafe { bytes_mut(buf, buf_len) });
         let (len, fresh) = tri!(com.receive(id, out));
@@ -653,7 +632,7 @@ pub unsafe extern "C" fn rtcell_com_receive_signal(
 pub unsafe extern "C" fn rtcell_com_send_signal_group(c: *mut rtcell_com, id: Com_SignalGroupIdType) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let com = tri!(unsafe { handle(c) });
+        let com = tri!(unsafe { crate::handle(c, "COM") });
         com.send_group(id)
     })
 }
@@ -669,7 +648,7 @@ pub unsafe extern "C" fn rtcell_com_receive_signal_group(
 ) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let com = tri!(unsafe { handle(c) });
+        let com = tri!(unsafe { crate::handle(c, "COM") });
         com.receive_group(id)
     })
 }
@@ -690,7 +669,7 @@ pub unsafe extern "C" fn rtcell_com_receive_signal_timeout(
 ) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let com = tri!(unsafe { handle(c) });
+        let com = tri!(unsafe { crate::handle(c, "COM") });
         // SAFETY: the caller's contract.
         let out = tri!(unsafe { bytes_mut(buf, buf_len) });
         #[cfg(feature = "std")]
@@ -736,7 +715,7 @@ pub unsafe extern "C" fn rtcell_com_signal_info(
 ) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let com = tri!(unsafe { handle(c) });
+        let com = tri!(unsafe { crate::handle(c, "COM") });
         let (len, dyn_) = tri!(com.info(id));
         // SAFETY: NULL or writable by the caller's contract.
         unsafe {
@@ -759,7 +738,7 @@ pub unsafe extern "C" fn rtcell_com_signal_info(
 pub unsafe extern "C" fn rtcell_com_get_counters(c: *mut rtcell_com, out: *mut rtcell_com_counters) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let com = tri!(unsafe { handle(c) });
+        let com = tri!(unsafe { crate::handle(c, "COM") });
         if out.is_null() {
             return fail(E_NOT_OK, format_args!("out is NULL"));
         }

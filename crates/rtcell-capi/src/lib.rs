@@ -17,6 +17,16 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![allow(non_camel_case_types)]
 
+/// The value of a `Result<T, Std_ReturnType>`, or return its code from the API function.
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(code) => return code,
+        }
+    };
+}
+
 pub mod com;
 mod error;
 pub mod queue;
@@ -98,4 +108,16 @@ unsafe fn c_str<'a>(p: *const core::ffi::c_char, what: &str) -> Result<&'a str, 
     // SAFETY: non-NULL and NUL-terminated by the caller's contract.
     let s = unsafe { core::ffi::CStr::from_ptr(p) };
     s.to_str().map_err(|_| error::fail(E_NOT_OK, format_args!("{what} is not UTF-8")))
+}
+
+/// A handle argument (`what` names it in the error).
+///
+/// # Safety
+/// `p` NULL or a live handle of its type, used by one thread at a time.
+unsafe fn handle<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, Std_ReturnType> {
+    if p.is_null() {
+        return Err(error::fail(E_NOT_OK, format_args!("the {what} handle is NULL")));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { &mut *p })
 }

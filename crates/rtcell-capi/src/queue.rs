@@ -50,25 +50,6 @@ fn losses(view: &RingView<'_>) -> u64 {
     c.rejected + c.overwritten + c.lost
 }
 
-/// # Safety
-/// `q` NULL or a live handle used by one thread at a time.
-unsafe fn handle<'a>(q: *mut rtcell_queue) -> Result<&'a mut rtcell_queue, Std_ReturnType> {
-    if q.is_null() {
-        return Err(fail(E_NOT_OK, format_args!("the queue handle is NULL")));
-    }
-    // SAFETY: the caller's contract.
-    Ok(unsafe { &mut *q })
-}
-
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(code) => return code,
-        }
-    };
-}
-
 /// Opens ring channel `ring` of region `r` as a queue. `*out` gets the handle.
 ///
 /// # Safety
@@ -132,7 +113,7 @@ pub unsafe extern "C" fn rtcell_queue_close(q: *mut rtcell_queue) {
 pub unsafe extern "C" fn rtcell_queue_send(q: *mut rtcell_queue, data: *const c_void, len: usize) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let q = tri!(unsafe { handle(q) });
+        let q = tri!(unsafe { crate::handle(q, "queue") });
         let data: &[u8] = if len == 0 {
             &[]
         } else if data.is_null() {
@@ -169,7 +150,7 @@ pub unsafe extern "C" fn rtcell_queue_receive(
 ) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let q = tri!(unsafe { handle(q) });
+        let q = tri!(unsafe { crate::handle(q, "queue") });
         // SAFETY: the caller's contract.
         unsafe { receive(q, buf, buf_len, len_out) }
     })
@@ -229,7 +210,7 @@ pub unsafe extern "C" fn rtcell_queue_receive_timeout(
 ) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let q = tri!(unsafe { handle(q) });
+        let q = tri!(unsafe { crate::handle(q, "queue") });
         #[cfg(feature = "std")]
         {
             let deadline = std::time::Instant::now() + std::time::Duration::from_nanos(timeout_ns);
@@ -272,7 +253,7 @@ pub unsafe extern "C" fn rtcell_queue_get_counters(
 ) -> Std_ReturnType {
     guard(|| {
         // SAFETY: the caller's contract.
-        let q = tri!(unsafe { handle(q) });
+        let q = tri!(unsafe { crate::handle(q, "queue") });
         if out.is_null() {
             return fail(E_NOT_OK, format_args!("out is NULL"));
         }
