@@ -321,6 +321,20 @@ fn a_program_builds_out_of_tree_against_the_installed_sdk_with_pkg_config_and_wi
     // The shared library is found through the installed prefix, not the build tree.
     let ldd = sh(Command::new("ldd").arg(build.join("app")), "ldd");
     assert!(ldd.contains(&sdk.prefix.join("lib/librtcell.so.0").display().to_string()), "{ldd}");
+    // The example controller with its CMakeLists.txt, out of tree.
+    let ctrl_build = dir.path().join("ctrl-build");
+    sh(
+        Command::new("cmake")
+            .arg("-S")
+            .arg(sdk.examples.join("c-controller"))
+            .arg("-B")
+            .arg(&ctrl_build)
+            .arg(format!("-DCMAKE_PREFIX_PATH={}", sdk.prefix.display())),
+        "cmake configure of examples/c-controller",
+    );
+    sh(Command::new("cmake").arg("--build").arg(&ctrl_build), "cmake --build of examples/c-controller");
+    let nm = sh(Command::new("nm").arg("-D").arg("--defined-only").arg(ctrl_build.join("libctrl.so")), "nm");
+    assert!(nm.contains(" T ctrl_step") && nm.contains(" T ctrl_init"), "{nm}");
 }
 
 #[test]
