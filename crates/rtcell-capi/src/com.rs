@@ -111,13 +111,7 @@ pub struct rtcell_com {
 }
 
 #[cfg(not(feature = "std"))]
-static COMS: slots::Pool<rtcell_com> = slots::Pool::new();
-#[cfg(not(feature = "std"))]
-impl slots::Pooled for rtcell_com {
-    fn pool() -> &'static slots::Pool<Self> {
-        &COMS
-    }
-}
+crate::slots::pooled!(rtcell_com);
 
 fn com_failed(e: ComError) -> Std_ReturnType {
     match e {
@@ -199,6 +193,14 @@ impl rtcell_com {
         }
     }
 
+    /// Counts a successful receive.
+    fn received(&mut self, fresh: Freshness) {
+        self.counters.received += 1;
+        if fresh == Freshness::New {
+            self.counters.received_new += 1;
+        }
+    }
+
     /// Counts the outcome of a call.
     fn count(&mut self, code: Std_ReturnType) -> Std_ReturnType {
         if code == COM_BUSY {
@@ -257,10 +259,7 @@ impl rtcell_com {
         };
         match r {
             Ok((len, fresh)) => {
-                self.counters.received += 1;
-                if fresh == Freshness::New {
-                    self.counters.received_new += 1;
-                }
+                self.received(fresh);
                 Ok((len, fresh))
             }
             Err(code) => Err(self.count(code)),
@@ -282,10 +281,7 @@ impl rtcell_com {
         let r = match self.chan_of_group(id) {
             Ok(c) => match c.with_receiver(|rx| rx.receive_signal_group(id)) {
                 Ok(Ok(fresh)) => {
-                    self.counters.received += 1;
-                    if fresh == Freshness::New {
-                        self.counters.received_new += 1;
-                    }
+                    self.received(fresh);
                     E_OK
                 }
                 Ok(Err(e)) | Err(e) => com_failed(e),
@@ -683,8 +679,7 @@ pub unsafe extern "C" fn rtcell_com_receive_signal_timeout(
             };
             match r {
                 Ok(len) => {
-                    com.counters.received += 1;
-                    com.counters.received_new += 1;
+                    com.received(Freshness::New);
                     if !len_out.is_null() {
                         // SAFETY: non-NULL and writable by the caller's contract.
                         unsafe { *len_out = len };
@@ -772,30 +767,34 @@ fn fixed_len(com: &mut rtcell_com, id: u16) -> Result<(usize, usize), Std_Return
     Ok((i, len))
 }
 
+/// The fast path of the AUTOSAR calls: the current context and a remembered fixed-length signal `id`,
+/// when there are both and `data` is not NULL. It runs outside `guard`: what it calls is shared-memory
+/// code that reports problems as errors and cannot panic; everything else takes the guarded full path.
+fn fast_signal<'a>(id: u16, data: *const c_void) -> Option<(&'a mut rtcell_com, usize, SignalRef)> {
+    let c = current();
+    if c.is_null() || data.is_null() {
+        return None;
+    }
+    // SAFETY: the current context is live while current, and used by this thread only.
+    let com = unsafe { &mut *c };
+    let (i, r) = com.signal_ref(id)?;
+    (!r.dynamic).then_some((com, i, r))
+}
+
 /// AUTOSAR: sends signal `id` from `data` (exactly the signal's configured length is read).
 ///
 /// # Safety
 /// `data` readable for the signal's length.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn Com_SendSignal(id: Com_SignalIdType, data: *const c_void) -> Std_ReturnType {
-    // The fast path (a remembered signal) runs outside `guard`: it calls only shared-memory code that
-    // reports problems as errors and cannot panic; everything else takes the guarded full path.
-    let c = current();
-    if !c.is_null() {
-        // SAFETY: the current context is live while current.
-        let com = unsafe { &mut *c };
-        if let Some((i, r)) = com.signal_ref(id)
-            && !r.dynamic
-            && !data.is_null()
-        {
-            // SAFETY: the caller's contract: data holds the signal's length; non-NULL checked.
-            let data = unsafe { core::slice::from_raw_parts(data as *const u8, r.max_len) };
-            let code = match com.chans[i].as_ref() {
-                Some(ch) => ch.view.send_ref(&r, data).map_or_else(com_failed, |()| E_OK),
-                None => E_NOT_OK,
-            };
-            return com.sent(code);
-        }
+    if let Some((com, i, r)) = fast_signal(id, data) {
+        // SAFETY: the caller's contract: data holds the signal's length; non-NULL checked.
+        let data = unsafe { core::slice::from_raw_parts(data as *const u8, r.max_len) };
+        let code = match com.chans[i].as_ref() {
+            Some(ch) => ch.view.send_ref(&r, data).map_or_else(com_failed, |()| E_OK),
+            None => E_NOT_OK,
+        };
+        return com.sent(code);
     }
     guard(|| {
         let c = tri!(current_handle());
@@ -820,35 +819,23 @@ pub unsafe extern "C" fn Com_SendSignal(id: Com_SignalIdType, data: *const c_voi
 /// `data` writable for the signal's length.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn Com_ReceiveSignal(id: Com_SignalIdType, data: *mut c_void) -> Std_ReturnType {
-    // Fast path outside `guard`, as in Com_SendSignal.
-    let c = current();
-    if !c.is_null() {
-        // SAFETY: the current context is live while current.
-        let com = unsafe { &mut *c };
-        if let Some((i, r)) = com.signal_ref(id)
-            && !r.dynamic
-            && !data.is_null()
-        {
-            // SAFETY: the caller's contract: data has room for the signal's length; non-NULL checked.
-            let out = unsafe { core::slice::from_raw_parts_mut(data as *mut u8, r.max_len) };
-            let got = match com.chans[i].as_mut() {
-                Some(ch) => match ch.seen.get_mut(r.index) {
-                    Some(seen) => ch.view.receive_ref(&r, out, seen).map_err(com_failed),
-                    None => Err(fail(COM_SERVICE_NOT_AVAILABLE, format_args!("signal index outside the receiver"))),
-                },
-                None => Err(E_NOT_OK),
-            };
-            return match got {
-                Ok((_, fresh)) => {
-                    com.counters.received += 1;
-                    if fresh == Freshness::New {
-                        com.counters.received_new += 1;
-                    }
-                    E_OK
-                }
-                Err(code) => com.count(code),
-            };
-        }
+    if let Some((com, i, r)) = fast_signal(id, data) {
+        // SAFETY: the caller's contract: data has room for the signal's length; non-NULL checked.
+        let out = unsafe { core::slice::from_raw_parts_mut(data as *mut u8, r.max_len) };
+        let got = match com.chans[i].as_mut() {
+            Some(ch) => match ch.seen.get_mut(r.index) {
+                Some(seen) => ch.view.receive_ref(&r, out, seen).map_err(com_failed),
+                None => Err(fail(COM_SERVICE_NOT_AVAILABLE, format_args!("signal index outside the receiver"))),
+            },
+            None => Err(E_NOT_OK),
+        };
+        return match got {
+            Ok((_, fresh)) => {
+                com.received(fresh);
+                E_OK
+            }
+            Err(code) => com.count(code),
+        };
     }
     guard(|| {
         let c = tri!(current_handle());

@@ -37,16 +37,10 @@ pub struct rtcell_queue {
 }
 
 #[cfg(not(feature = "std"))]
-static QUEUES: slots::Pool<rtcell_queue> = slots::Pool::new();
-#[cfg(not(feature = "std"))]
-impl slots::Pooled for rtcell_queue {
-    fn pool() -> &'static slots::Pool<Self> {
-        &QUEUES
-    }
-}
+crate::slots::pooled!(rtcell_queue);
 
-fn losses(view: &RingView<'_>) -> u64 {
-    let c = view.counters();
+/// Messages that never reached the receiver: refused when full, overwritten, or skipped.
+fn losses(c: &rtcell_shm::RingCounters) -> u64 {
     c.rejected + c.overwritten + c.lost
 }
 
@@ -80,7 +74,7 @@ pub unsafe extern "C" fn rtcell_queue_open(
             }
             Err(e) => return crate::region::attach_failed(&e),
         };
-        let q = rtcell_queue { view, producer: None, consumer: None, lost_seen: losses(&view) };
+        let q = rtcell_queue { view, producer: None, consumer: None, lost_seen: losses(&view.counters()) };
         match slots::alloc(q) {
             Some(p) => {
                 // SAFETY: out checked non-NULL.
@@ -178,7 +172,7 @@ unsafe fn receive(q: &mut rtcell_queue, buf: *mut c_void, buf_len: usize, len_ou
     match c.try_recv(out) {
         Ok(n) => {
             put_len(n);
-            let lost = losses(&view);
+            let lost = losses(&view.counters());
             if lost != q.lost_seen {
                 q.lost_seen = lost;
                 RTE_E_OK | RTE_E_LOST_DATA
@@ -260,12 +254,8 @@ pub unsafe extern "C" fn rtcell_queue_get_counters(
         let c = q.view.counters();
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe {
-            *out = rtcell_queue_counters {
-                sent: c.sent,
-                received: c.received,
-                lost: c.rejected + c.overwritten + c.lost,
-                queued: q.view.queued(),
-            }
+            *out =
+                rtcell_queue_counters { sent: c.sent, received: c.received, lost: losses(&c), queued: q.view.queued() }
         };
         RTE_E_OK
     })

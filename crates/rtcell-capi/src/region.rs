@@ -18,13 +18,7 @@ pub struct rtcell_region {
 }
 
 #[cfg(not(feature = "std"))]
-static REGIONS: slots::Pool<rtcell_region> = slots::Pool::new();
-#[cfg(not(feature = "std"))]
-impl slots::Pooled for rtcell_region {
-    fn pool() -> &'static slots::Pool<Self> {
-        &REGIONS
-    }
-}
+crate::slots::pooled!(rtcell_region);
 
 /// The attach error as a code and a message.
 pub(crate) fn attach_failed(e: &AttachError) -> Std_ReturnType {

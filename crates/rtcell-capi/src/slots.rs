@@ -79,3 +79,18 @@ mod pool {
 
 #[cfg(not(feature = "std"))]
 pub(crate) use pool::{Pool, Pooled};
+
+/// Gives handle type `$t` a static pool of its own (payloads, no allocator).
+#[cfg(not(feature = "std"))]
+macro_rules! pooled {
+    ($t:ty) => {
+        impl crate::slots::Pooled for $t {
+            fn pool() -> &'static crate::slots::Pool<Self> {
+                static POOL: crate::slots::Pool<$t> = crate::slots::Pool::new();
+                &POOL
+            }
+        }
+    };
+}
+#[cfg(not(feature = "std"))]
+pub(crate) use pooled;
