@@ -5,7 +5,7 @@
 
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,16 +39,7 @@ pub fn probe_c_task(
         cmd.arg("--init").arg(i);
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
-    // functions (fcntl, prctl) on values copied in.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    crate::pass_region(&mut cmd, fd);
     let mut child = cmd.spawn().map_err(|e| format!("cannot start the trial of {library}: {e}"))?;
     let t0 = Instant::now();
     let status = loop {

@@ -546,18 +546,23 @@ fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<Child, CellError
         .arg("--spec")
         .arg(spec_json);
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    pass_region(&mut cmd, fd);
+    cmd.spawn().map_err(err)
+}
+
+/// Makes a child of `cmd` keep the region's descriptor `fd` across exec, and die with this process
+/// rather than spin orphaned.
+pub(crate) fn pass_region(cmd: &mut Command, fd: i32) {
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
     // functions (fcntl, prctl) on values copied in.
     unsafe {
         cmd.pre_exec(move || {
-            // Let the region's memfd survive exec, and die with our parent rather than spin orphaned.
             if libc::fcntl(fd, libc::F_SETFD, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    cmd.spawn().map_err(err)
 }
 
 /// Entry of a process cell (`rtcell __cell --fd N --parent PID --spec JSON`). Returns the exit code.
