@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{rtcell, serial, text, valid_results};
+use common::{outcome_task, rtcell, serial, text, valid_results};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository")
@@ -87,15 +87,6 @@ fn run(scenario: &Path, args: &[&str], out: &Path) -> (Option<i32>, String) {
         .output()
         .expect("rtcell runs");
     (o.status.code(), text(&o))
-}
-
-fn outcome_task<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    doc["suites"][0]["config"]["outcome"]["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == name)
-        .unwrap_or_else(|| panic!("no task {name} in the outcome"))
 }
 
 fn offload_in(kind: &str) {

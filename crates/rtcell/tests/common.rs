@@ -58,3 +58,13 @@ pub fn valid_results(dir: &Path) -> serde_json::Value {
 pub fn series(doc: &serde_json::Value) -> Vec<serde_json::Value> {
     doc["suites"][0]["series"].as_array().cloned().unwrap_or_default()
 }
+
+/// Task `name` in the outcome of a scenario run's document.
+pub fn outcome_task<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    doc["suites"][0]["config"]["outcome"]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no task {name} in the outcome"))
+}

@@ -16,15 +16,6 @@ fn run_in_repo(args: &[&str]) -> Output {
     rtcell().current_dir(repo()).args(args).output().expect("rtcell runs")
 }
 
-fn outcome_task<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    doc["suites"][0]["config"]["outcome"]["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == name)
-        .unwrap_or_else(|| panic!("no task {name} in the outcome"))
-}
-
 /// Cycles (plus skipped releases) within 1% of duration / period; otherwise the run must have reported
 /// why (stolen time or overruns), which is then printed.
 fn check_cycle_counts(doc: &serde_json::Value, out: &str) {
