@@ -209,15 +209,6 @@ fn name_problem(name: &str, max: usize) -> Option<String> {
     None
 }
 
-/// Whether `path` holds a payload a kvm cell can load, checked before anything starts.
-fn check_payload_file(path: &Path) -> Result<(), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if !bytes.starts_with(b"\x7fELF") {
-        return Err(format!("{} is not an ELF file", path.display()));
-    }
-    Ok(())
-}
-
 fn us_to_ns(us: u64) -> u64 {
     us.saturating_mul(1000)
 }
@@ -742,8 +733,16 @@ impl Validator<'_> {
                     let step_name = step.clone().unwrap_or_default();
                     let library = if kind == Some(CellKind::Kvm) {
                         if let Some(elf) = file(self, "payload", payload, "build/ctrl.elf") {
-                            if let Err(e) = check_payload_file(&elf) {
-                                self.err(&format!("{p}.workload.payload"), e, "rebuild it with the SDK's payload.mk");
+                            // The checks the kvm cell makes when it loads it (ELF, segments, entry, size).
+                            let ram = rtcell_cells::VmOptions::default().ram_mib as u64 * (1 << 20);
+                            if elf.is_file()
+                                && let Err(e) = rtcell_kvm::payloads::validate(&elf.display().to_string(), ram)
+                            {
+                                self.err(
+                                    &format!("{p}.workload.payload"),
+                                    e.to_string(),
+                                    "rebuild it with the SDK's payload.mk",
+                                );
                             }
                             kvm_c.insert(tname.clone(), (elf, com.clone()));
                         }
