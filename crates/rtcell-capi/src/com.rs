@@ -368,12 +368,10 @@ pub unsafe extern "C" fn rtcell_com_open(
             };
             // Ids must be unique across the context: C names a signal by its id alone.
             for other in com.chans[..com.n].iter().flatten() {
-                let clash = (0..=u16::MAX).find(|&id| {
-                    !matches!(v.signal_len(id), Err(ComError::NotOk(_)))
-                        && !matches!(other.view.signal_len(id), Err(ComError::NotOk(_)))
-                        || !matches!(v.group_len(id), Err(ComError::NotOk(_)))
-                            && !matches!(other.view.group_len(id), Err(ComError::NotOk(_)))
-                });
+                let clash = v
+                    .signal_ids()
+                    .find(|&id| !matches!(other.view.signal_len(id), Err(ComError::NotOk(_))))
+                    .or_else(|| v.group_ids().find(|&id| !matches!(other.view.group_len(id), Err(ComError::NotOk(_)))));
                 if let Some(id) = clash {
                     return fail(
                         E_NOT_OK,

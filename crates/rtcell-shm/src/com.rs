@@ -163,6 +163,16 @@ impl<'a> ComView<'a> {
         Ok(view)
     }
 
+    /// The signal ids in the table, in table order.
+    pub fn signal_ids(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.nsig).map(|i| (self.words[TABLE + 2 * i].load(Ordering::Relaxed) & 0xffff) as u16)
+    }
+
+    /// The group ids in the table, in table order.
+    pub fn group_ids(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.ngroups).map(|g| (self.words[TABLE + 2 * self.nsig + 2 * g].load(Ordering::Relaxed) & 0xffff) as u16)
+    }
+
     pub fn signal_count(&self) -> usize {
         self.nsig
     }
