@@ -444,6 +444,15 @@ fn read_cpu_times(root: &HostRoot) -> Option<CpuTimes> {
     CpuTimes::parse_proc_stat(&root.read("/proc/stat").ok()?)
 }
 
+/// This machine's host name; "unknown" where the kernel does not say.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -101,6 +101,15 @@ pub struct RawChannel {
 pub struct RawSignal {
     /// Number of f64 values.
     pub values: u32,
+    /// Whether the gateway may write it (`rtcell ctl set`): then `type`, `min` and `max` bound the writes
+    /// and a task must name it in its `params` (the task that reads and acknowledges it).
+    #[serde(default)]
+    pub writable: bool,
+    /// Type of each value of a writable signal: `f64` (default), `i64` or `bool`.
+    #[serde(rename = "type")]
+    pub ty: Option<String>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
 }
 
 /// A COM channel: one direction, several signals, optionally grouped.
@@ -154,6 +163,9 @@ pub struct RawTask {
     pub safe_value: Option<Vec<f64>>,
     /// Execution time budgeted for the utilisation check (default: the workload's estimate).
     pub budget_us: Option<f64>,
+    /// Writable signals this task reads at the start of every cycle and acknowledges (the value it saw).
+    #[serde(default)]
+    pub params: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

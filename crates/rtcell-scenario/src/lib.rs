@@ -6,10 +6,12 @@
 //! The file format is described in the README ("Scenarios"); [`file`] holds its structures.
 
 pub mod file;
+pub mod live;
 pub mod plan;
 pub mod report;
 pub mod run;
 
 pub use file::Diag;
+pub use live::{CellSnapshot, Live};
 pub use plan::{HostView, Invalid, Plan, load, load_with, parse_duration, validate_text, validate_text_with};
-pub use run::{RunResult, StartError, run};
+pub use run::{RunResult, StartError, run, run_observed};

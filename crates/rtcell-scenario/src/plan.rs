@@ -13,6 +13,7 @@ use rtcell_tasks::{Inject, MissedPolicy, TaskSpec, TaskWork, Watchdog};
 use crate::file::{Diag, RawScenario, RawService, RawWork, Spans, parse};
 
 mod com;
+mod writable;
 pub use com::{PlanCom, PlanComSignal};
 
 /// The name tasks use for the Linux side (the master CPU).
@@ -75,10 +76,79 @@ pub struct PlanChannel {
     pub sink: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlanSignal {
     pub name: String,
     pub values: u32,
+    /// Set when the gateway may write the signal.
+    pub writable: Option<Writable>,
+}
+
+/// What a write to a writable signal must respect, and who acknowledges it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Writable {
+    pub ty: ValueType,
+    /// Inclusive bounds of every value.
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    /// The task that reads it each cycle and acknowledges what it saw.
+    pub reader: String,
+}
+
+/// Type of the values of a writable signal (all are stored as f64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    F64,
+    /// An integer within ±2^53 (exact as an f64).
+    I64,
+    /// 0 or 1.
+    Bool,
+}
+
+impl ValueType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValueType::F64 => "f64",
+            ValueType::I64 => "i64",
+            ValueType::Bool => "bool",
+        }
+    }
+}
+
+/// Largest integer a writable `i64` signal accepts: every integer up to it is exact as an f64.
+pub const MAX_EXACT_INT: f64 = 9_007_199_254_740_992.0;
+
+impl Writable {
+    /// Checks values about to be written; the error says which value and why.
+    pub fn check(&self, values: &[f64], expect: u32) -> Result<(), String> {
+        if values.len() != expect as usize {
+            return Err(format!("{} values given, the signal holds {expect}", values.len()));
+        }
+        for (i, v) in values.iter().enumerate() {
+            let at = if expect == 1 { String::new() } else { format!("value {i}: ") };
+            if !v.is_finite() {
+                return Err(format!("{at}{v} is not a finite number"));
+            }
+            match self.ty {
+                ValueType::Bool if *v != 0.0 && *v != 1.0 => return Err(format!("{at}{v} is not a bool (0 or 1)")),
+                ValueType::I64 if v.fract() != 0.0 || v.abs() > MAX_EXACT_INT => {
+                    return Err(format!("{at}{v} is not an integer within ±2^53"));
+                }
+                _ => {}
+            }
+            if let Some(min) = self.min
+                && *v < min
+            {
+                return Err(format!("{at}{v} is below the minimum {min}"));
+            }
+            if let Some(max) = self.max
+                && *v > max
+            {
+                return Err(format!("{at}{v} is above the maximum {max}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -442,8 +512,11 @@ impl Validator<'_> {
             if s.values == 0 || s.values > MAX_SIGNAL_VALUES {
                 self.err(&format!("{p}.values"), format!("values must be 1 to {MAX_SIGNAL_VALUES}"), "values = 1");
             }
-            signals.push(PlanSignal { name: n.clone(), values: s.values });
+            let writable = self.writable_signal(&p, n, s, raw);
+            signals.push(PlanSignal { name: n.clone(), values: s.values, writable });
         }
+        // Writable signal → the task that reads and acknowledges it.
+        let mut param_readers: BTreeMap<String, String> = BTreeMap::new();
         let taken: BTreeSet<&str> = raw.channels.keys().chain(raw.signals.keys()).map(|k| k.as_str()).collect();
         let coms = self.com_channels(&raw.com, &taken);
         let scenario_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -811,6 +884,32 @@ impl Validator<'_> {
                     );
                 }
             }
+            for (i, param) in t.params.iter().enumerate() {
+                let f = format!("{p}.params[{i}]");
+                match raw.signals.get(param) {
+                    None => self.err(
+                        &f,
+                        format!("no signal named {param:?}"),
+                        format!("declare it: [signals.{param}] values = 1, writable = true"),
+                    ),
+                    Some(sig) if !sig.writable => self.err(
+                        &f,
+                        format!(
+                            "signal {param:?} is not writable: params are the writable signals a task acknowledges"
+                        ),
+                        format!("add writable = true to [signals.{param}]"),
+                    ),
+                    Some(_) => {
+                        if let Some(prev) = param_readers.insert(param.clone(), tname.clone()) {
+                            self.err(
+                                &f,
+                                format!("task {prev:?} already reads signal {param:?} (one task acknowledges a writable signal)"),
+                                "name it in the params of one task only",
+                            );
+                        }
+                    }
+                }
+            }
             if t.safe_value.is_some() && t.watchdog.is_none() {
                 self.err(
                     &format!("{p}.safe_value"),
@@ -859,6 +958,7 @@ impl Validator<'_> {
                     output: t.output.clone(),
                     safe_value,
                     tsc_khz: 0,
+                    params: t.params.clone(),
                 },
             });
         }
@@ -879,6 +979,16 @@ impl Validator<'_> {
                 continue;
             }
             let t = mine[0];
+            if !t.spec.params.is_empty() {
+                self.err(
+                    &format!("tasks.{}.params", t.spec.name),
+                    format!(
+                        "task {:?} runs as the payload of kvm cell {:?}, which cannot acknowledge params",
+                        t.spec.name, c.name
+                    ),
+                    "give the params to a task of a thread or process cell, or to a Linux-side task",
+                );
+            }
             let Some((elf, com)) = kvm_c.get(&t.spec.name) else { continue };
             notes.push(format!(
                 "task {:?} runs as the payload of kvm cell {:?} ({}), stepped every {} us on the guest's TSC; its steps are counted in the cell's table, not as a task",
@@ -1017,6 +1127,28 @@ impl Validator<'_> {
                 }
             }
             loads.push(PlanLoad { kind, cpus });
+        }
+
+        for s in &mut signals {
+            let Some(w) = &mut s.writable else { continue };
+            if let Some(writer) = outputs.get(&s.name) {
+                self.err(
+                    &format!("signals.{}.writable", s.name),
+                    format!(
+                        "task {writer:?} writes signal {:?}: a writable signal has one writer, the gateway",
+                        s.name
+                    ),
+                    "write the task's output to another signal",
+                );
+            }
+            match param_readers.get(&s.name) {
+                Some(task) => w.reader = task.clone(),
+                None => self.err(
+                    &format!("signals.{}.writable", s.name),
+                    format!("no task reads writable signal {:?}, so no write to it could be acknowledged", s.name),
+                    format!("add params = [\"{}\"] to the task that uses it", s.name),
+                ),
+            }
         }
 
         Plan {

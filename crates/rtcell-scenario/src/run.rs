@@ -15,6 +15,7 @@ use rtcell_tasks::clock::mono_ns;
 use rtcell_tasks::stats::{exec_channel, latency_channel, read_histogram};
 use rtcell_tasks::{Schedule, TaskCounters, TaskSpec, TaskState, TaskWork, read_counters};
 
+use crate::live::{CellSnapshot, Live};
 use crate::plan::{CellRole, Plan};
 
 /// Time between the go signal and the first release: every task is asleep on its first release by then.
@@ -24,6 +25,8 @@ const TICK: Duration = Duration::from_millis(10);
 /// Live line refresh on a terminal, and when the output is not one.
 const LIVE_TTY: Duration = Duration::from_millis(500);
 const LIVE_PIPE: Duration = Duration::from_secs(1);
+/// Supervision ticks between two snapshots of the cells' states for observers (100 ms).
+const SNAPSHOT_TICKS: u64 = 10;
 /// How long cells get to become ready.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -149,6 +152,10 @@ fn layout(plan: &Plan) -> Result<RegionLayout, String> {
     }
     for s in &plan.signals {
         l.signal(&s.name, s.values * 8).map_err(e)?;
+        if s.writable.is_some() {
+            let ack = rtcell_tasks::params::ack_bytes(s.values as usize);
+            l.signal(&rtcell_tasks::params::ack_name(&s.name), ack as u32).map_err(e)?;
+        }
     }
     for c in &plan.coms {
         l.com(&c.name, c.config()).map_err(e)?;
@@ -229,6 +236,18 @@ pub fn expected_releases(duration: Duration, offset_ns: u64, period_ns: u64) -> 
 
 /// Runs `plan` for its duration (or until `stop()` says so). `out_dir` receives the tasks' log files.
 pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -> Result<RunResult, StartError> {
+    run_observed(plan, tsc_khz, out_dir, stop, &|_| {})
+}
+
+/// [`run`], handing `observe` the run's [`Live`] view once its cells have started (before the first
+/// release). The view stays valid after the run: it then shows the final state.
+pub fn run_observed(
+    plan: &Plan,
+    tsc_khz: u64,
+    out_dir: &Path,
+    stop: &dyn Fn() -> bool,
+    observe: &dyn Fn(Arc<Live>),
+) -> Result<RunResult, StartError> {
     let layout = layout(plan).map_err(|e| StartError(format!("region layout: {e}")))?;
     preflight_c_tasks(plan, &layout)?;
     let shm = SharedMemory::create_anonymous(&format!("scenario-{}", plan.name), layout.size_bytes())
@@ -350,10 +369,15 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
             Err(e) => return Err(StartError(format!("load {}: {e}", l.kind.as_str()))),
         }
     }
+    let live = Arc::new(Live::new(plan.clone(), tsc_khz, Arc::clone(&shm)));
+    live.set_cells(snapshot(&mut cells));
+    observe(Arc::clone(&live));
+    let stop = || stop() || live.stop_requested();
     let steal0 = steal_jiffies();
     let start = mono_ns() + START_MARGIN.as_nanos() as u64;
     let end = start + plan.duration.as_nanos() as u64;
     sched.go(start, end);
+    live.set_window(start, end);
     let started_at = Instant::now();
 
     // Supervise.
@@ -371,8 +395,13 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
     let mut reported_trips: Vec<String> = Vec::new();
     let max_period = plan.tasks.iter().map(|t| t.spec.period_ns).max().unwrap_or(0);
     let linger = Duration::from_nanos(max_period) + Duration::from_millis(500);
+    let mut ticks = 0u64;
     loop {
         std::thread::sleep(TICK);
+        ticks += 1;
+        if ticks % SNAPSHOT_TICKS == 0 {
+            live.set_cells(snapshot(&mut cells));
+        }
         drain(&mut sinks);
         let now = mono_ns();
         if stop() && !incomplete {
@@ -433,6 +462,7 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
     }
     linux_stop.store(true, Ordering::Relaxed);
     let mut cell_results = Vec::new();
+    live.set_cells(snapshot(&mut cells));
     for (c, start) in cells {
         let exits = c.vm_exits();
         let handled = c.progress().1;
@@ -495,29 +525,7 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
             counters,
         });
     }
-    // A task that finds a ring full drops its frame (lost); a cell service retries until there is room
-    // (not lost), so the ring's own reject count is not a loss count.
-    let mut channels = Vec::new();
-    for ch in &plan.channels {
-        if let Ok(r) = region.ring(&ch.name) {
-            let c = r.counters();
-            let dropped: u64 = tasks
-                .iter()
-                .filter(|t| {
-                    t.spec.send.as_deref() == Some(ch.name.as_str())
-                        || matches!(&t.spec.work, TaskWork::Master { request, .. } if *request == ch.name)
-                })
-                .map(|t| t.counters.send_fail)
-                .sum();
-            channels.push(ChannelResult {
-                name: ch.name.clone(),
-                sent: c.sent,
-                received: c.received,
-                lost: dropped + c.lost,
-                queued: c.sent.saturating_sub(c.received + c.lost),
-            });
-        }
-    }
+    let channels = channels_now(plan, &region);
     let mut signals = BTreeMap::new();
     for s in &plan.signals {
         if let Ok(view) = region.signal(&s.name) {
@@ -527,6 +535,20 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
             signals.insert(s.name.clone(), vals);
         }
     }
+    let finals: Vec<CellSnapshot> = cell_results
+        .iter()
+        .map(|c| CellSnapshot {
+            name: c.name.clone(),
+            kind: c.kind.to_string(),
+            cpu: c.cpu,
+            status: c.status.clone(),
+            finished: true,
+            handled: c.handled,
+            vm_exits: c.vm_exits.clone().unwrap_or_default(),
+        })
+        .collect();
+    live.set_cells(finals);
+    live.set_finished();
     Ok(RunResult {
         tasks,
         channels,
@@ -539,6 +561,54 @@ pub fn run(plan: &Plan, tsc_khz: u64, out_dir: &Path, stop: &dyn Fn() -> bool) -
         incomplete,
         files,
     })
+}
+
+/// What every ring of the plan has carried so far.
+pub fn channels_now(plan: &Plan, region: &RegionView<'_>) -> Vec<ChannelResult> {
+    // A task that finds a ring full drops its frame (lost); a cell service retries until there is room
+    // (not lost), so the ring's own reject count is not a loss count.
+    let mut channels = Vec::new();
+    for ch in &plan.channels {
+        if let Ok(r) = region.ring(&ch.name) {
+            let c = r.counters();
+            let dropped: u64 = plan
+                .tasks
+                .iter()
+                .filter(|t| {
+                    t.spec.send.as_deref() == Some(ch.name.as_str())
+                        || matches!(&t.spec.work, TaskWork::Master { request, .. } if *request == ch.name)
+                })
+                .map(|t| read_counters(region, &t.spec.name).map_or(0, |c| c.send_fail))
+                .sum();
+            channels.push(ChannelResult {
+                name: ch.name.clone(),
+                sent: c.sent,
+                received: c.received,
+                lost: dropped + c.lost,
+                queued: c.sent.saturating_sub(c.received + c.lost),
+            });
+        }
+    }
+    channels
+}
+
+/// The cells' states for observers.
+fn snapshot(cells: &mut [(Cell, Option<Duration>)]) -> Vec<CellSnapshot> {
+    cells
+        .iter_mut()
+        .map(|(c, _)| {
+            let st = c.status();
+            CellSnapshot {
+                name: c.name().to_string(),
+                kind: c.kind().to_string(),
+                cpu: c.cpu(),
+                finished: st.is_finished(),
+                status: st.to_string(),
+                handled: c.progress().1,
+                vm_exits: c.vm_exits().unwrap_or_default(),
+            }
+        })
+        .collect()
 }
 
 fn drain(sinks: &mut [(String, rtcell_shm::Consumer<'_>, Vec<u8>)]) {

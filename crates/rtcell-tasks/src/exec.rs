@@ -17,6 +17,7 @@ use rtcell_shm::histogram::HistogramWriter;
 use rtcell_shm::{RegionView, SignalView};
 
 use crate::clock::{mono_ns, sleep_ns, sleep_until};
+use crate::params::ParamReader;
 use crate::spec::{MissedPolicy, TaskSpec};
 use crate::stats::{
     BUCKET_NS, BUCKETS, Schedule, StatsWriter, TaskState, exec_channel, latency_channel, read_counters,
@@ -156,6 +157,7 @@ struct Running<'a> {
     body: Body<'a>,
     frames: Frames<'a>,
     out: Option<SignalView<'a>>,
+    params: Vec<ParamReader<'a>>,
     ns_per_tick: f64,
     wd_over: u32,
 }
@@ -195,15 +197,16 @@ fn task_main(
             Some(n) => Some(region.signal(n).map_err(|e| format!("signal {n:?}: {e}"))?),
             None => None,
         };
+        let params = spec.params.iter().map(|n| ParamReader::attach(region, n)).collect::<Result<Vec<_>, _>>()?;
         let sched = Schedule::attach(region).map_err(|e| format!("schedule channel: {e}"))?;
-        Ok((lat, exec, body, frames, out, sched))
+        Ok((lat, exec, body, frames, out, params, sched))
     })();
-    let (lat, exec, body, frames, out, sched) = match prepared {
+    let (lat, exec, body, frames, out, params, sched) = match prepared {
         Ok(p) => p,
         Err(e) => return fault(&stats, e),
     };
     stats.set_state(TaskState::Ready);
-    let mut run = Running { spec, stats, lat, exec, body, frames, out, ns_per_tick, wd_over: 0 };
+    let mut run = Running { spec, stats, lat, exec, body, frames, out, params, ns_per_tick, wd_over: 0 };
     // Wait for the common start.
     let (start, _) = loop {
         if let Some(s) = sched.started() {
@@ -287,6 +290,9 @@ impl Running<'_> {
                 release_ns: release,
                 deadline_ns: release.saturating_add(deadline),
             };
+            for p in &mut self.params {
+                p.poll().map_err(End::Fault)?;
+            }
             let value = self.body.cycle(&info, &mut self.stats).map_err(End::Fault)?;
             self.frames.exchange(value, &mut self.stats).map_err(End::Fault)?;
             let c1 = rdtsc_ordered();

@@ -7,12 +7,14 @@
 //! - [`spec`]: what a task is, as data (a process cell gets it as JSON).
 //! - [`exec`]: the executive ([`run_set`]).
 //! - [`stats`]: the statistics channels and the common schedule.
+//! - [`params`]: writable signals a task reads and acknowledges.
 //! - [`work`]: the workloads of one cycle; [`cwork`]: user C code and the master talking to it; [`dynamics`]: the 6-axis inverse dynamics.
 
 pub mod clock;
 pub mod cwork;
 pub mod dynamics;
 pub mod exec;
+pub mod params;
 pub mod spec;
 pub mod stats;
 pub mod work;

@@ -37,6 +37,10 @@ pub struct TaskSpec {
     pub safe_value: Vec<f64>,
     /// TSC frequency (kHz) for converting execution times; 0 = calibrate in the task.
     pub tsc_khz: u64,
+    /// Writable signals the task reads at the start of each cycle; each new value it sees is copied, with
+    /// its sequence number, to the signal's acknowledgement (`<name>.ack`, see [`crate::params`]).
+    #[serde(default)]
+    pub params: Vec<String>,
 }
 
 // Every float in a spec is finite (the scenario layer refuses NaN and infinities), so equality is an

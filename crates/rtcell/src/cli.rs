@@ -1,6 +1,8 @@
 //! Subcommands: check, bench, and the hidden cell entry of process cells.
 
 mod all;
+mod ctl;
+mod gateway;
 mod history;
 mod itc;
 mod latency;
@@ -85,7 +87,23 @@ enum Cmd {
         kinds: Vec<String>,
         #[command(flatten)]
         history: history::HistoryDb,
+        /// Serve the gateway (gRPC API, see `rtcell ctl`) while the scenario runs: on ADDR (unix:PATH,
+        /// a socket path, or tcp://HOST:PORT), by default the Unix socket `rtcell serve` uses.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
+        serve: Option<String>,
+        /// With --serve: keep serving the results this long after the run ends (e.g. 30s).
+        #[arg(long, value_name = "DURATION", requires = "serve")]
+        linger: Option<String>,
+        #[command(flatten)]
+        gateway: gateway::GatewayFlags,
     },
+    /// Serve the gateway: start scenarios, read statistics, write signals and deploy payloads through
+    /// its gRPC API (rtcell ctl, or any gRPC client of proto/rtcell/v1), Prometheus metrics.
+    #[command(after_help = gateway::SERVE_HELP)]
+    Serve(gateway::ServeCmd),
+    /// Talk to a gateway: status, statistics, signals, scenarios, payload deploys, results.
+    #[command(after_help = ctl::CTL_HELP)]
+    Ctl(ctl::CtlArgs),
     /// Make the HTML report (report.html) of a results document: host facts and warnings, tables and plots
     /// per suite, published figures of other platforms beside ours.
     #[command(after_help = report::AFTER_HELP)]
@@ -286,9 +304,18 @@ pub fn main() -> i32 {
         Cmd::Cell { fd, parent, spec } => rtcell_cells::process_cell_main(fd, parent, &spec),
         Cmd::Check(args) => tune::check_main(args),
         Cmd::Tune(args) => tune::tune_main(args),
-        Cmd::Run { file, duration, out, kinds, history } => {
-            run::main(&file, duration.as_deref(), out, &kinds, history.path.as_deref())
+        Cmd::Run { file, duration, out, kinds, history, serve, linger, gateway } => {
+            let serve = match serve.map(|a| gateway::ServeArgs::parse(&a, gateway, linger.as_deref())).transpose() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            run::main(&file, duration.as_deref(), out, &kinds, history.path.as_deref(), serve.as_ref())
         }
+        Cmd::Serve(args) => gateway::serve_main(args),
+        Cmd::Ctl(args) => ctl::main(args),
         Cmd::CProbe { fd, library, init, step, com } => {
             let com: Vec<String> = com.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
             rtcell_cells::c_probe_main(fd, &library, init.as_deref(), &step, &com)

@@ -8,29 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{outcome_task, rtcell, serial, text, valid_results};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository")
-}
-
-/// Where cargo put this build's binaries and libraries (the rtcell binary's directory).
-fn artifacts() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_rtcell")).parent().expect("target dir").to_path_buf()
-}
+use common::{outcome_task, repo, rtcell, serial, sh, text, valid_results};
 
 /// A working directory for this test binary: the SDK prefix and the examples built against it.
 struct Sdk {
     prefix: PathBuf,
     /// A copy of `examples/` holding c-offload.toml and the built c-controller.
     examples: PathBuf,
-}
-
-fn sh(cmd: &mut Command, what: &str) -> String {
-    let o = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let t = text(&o);
-    assert!(o.status.success(), "{what} failed ({}):\n{t}", o.status);
-    t
 }
 
 /// Installs the SDK (once per test binary) and builds the example controller out of tree with it.
@@ -42,15 +26,7 @@ fn sdk() -> &'static Sdk {
         let prefix = root.join("prefix");
         let examples = root.join("examples");
         std::fs::create_dir_all(&examples).unwrap();
-        sh(
-            Command::new("bash")
-                .arg(repo().join("scripts/install-sdk"))
-                .arg("--prefix")
-                .arg(&prefix)
-                .arg("--artifacts")
-                .arg(artifacts()),
-            "scripts/install-sdk",
-        );
+        common::install_sdk(&prefix);
         std::fs::copy(repo().join("examples/c-offload.toml"), examples.join("c-offload.toml")).unwrap();
         let src = repo().join("examples/c-controller");
         let dst = examples.join("c-controller");

@@ -68,3 +68,34 @@ pub fn outcome_task<'a>(doc: &'a serde_json::Value, name: &str) -> &'a serde_jso
         .find(|t| t["name"] == name)
         .unwrap_or_else(|| panic!("no task {name} in the outcome"))
 }
+
+/// The repository's root.
+pub fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository")
+}
+
+/// Where cargo put this build's binaries and libraries (the rtcell binary's directory).
+pub fn artifacts() -> std::path::PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_rtcell")).parent().expect("target dir").to_path_buf()
+}
+
+/// Runs `cmd`, which must succeed; returns its output.
+pub fn sh(cmd: &mut Command, what: &str) -> String {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let t = text(&o);
+    assert!(o.status.success(), "{what} failed ({}):\n{t}", o.status);
+    t
+}
+
+/// Installs the C SDK (library, header, payload kit) of this build under `prefix`.
+pub fn install_sdk(prefix: &Path) {
+    sh(
+        Command::new("bash")
+            .arg(repo().join("scripts/install-sdk"))
+            .arg("--prefix")
+            .arg(prefix)
+            .arg("--artifacts")
+            .arg(artifacts()),
+        "scripts/install-sdk",
+    );
+}

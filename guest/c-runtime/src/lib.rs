@@ -126,17 +126,24 @@ fn main(boot: &'static BootInfo) -> i32 {
         return fault(&ctl, format_args!("{WHO}: com= names {n} channels, at most {MAX_CHANNELS}"));
     }
 
-    // The same memory the region view reads, handed to the C API as the region of this payload.
-    let words = rt::region(boot);
-    let (base, len) = (words.as_ptr() as *mut c_void, core::mem::size_of_val(words));
-    let list = if channels.count == 0 { ptr::null() } else { channels.ptrs.as_ptr() };
-    // SAFETY: `base..base + len` is the channel region, mapped for the whole run and only accessed
-    // through atomics; `list` is null (count 0) or points to `count` NUL-terminated names in `channels`,
-    // which lives until `main` returns, as long as the payload runs.
-    let rc = unsafe { rtcell_capi::com::rtcell_cell_attach(base, len, list, channels.count) };
-    if rc != rtcell_capi::E_OK {
-        let which = if com.is_empty() { "every COM channel" } else { com };
-        return fault(&ctl, format_args!("{WHO}: attaching the C API to {which}: {}", last_error()));
+    // A payload deployed on its own (no COM channel in its region, none asked for) runs without the
+    // C API bound: its COM calls then answer E_NOT_OK.
+    let any_com = (0..region.len()).any(|i| region.entry(i).is_ok_and(|e| e.kind == rtcell_shm::ChannelKind::Com));
+    if com.is_empty() && !any_com {
+        rtcell_guest::log!("{WHO}: the region has no COM channel: the C API is not bound");
+    } else {
+        // The same memory the region view reads, handed to the C API as the region of this payload.
+        let words = rt::region(boot);
+        let (base, len) = (words.as_ptr() as *mut c_void, core::mem::size_of_val(words));
+        let list = if channels.count == 0 { ptr::null() } else { channels.ptrs.as_ptr() };
+        // SAFETY: `base..base + len` is the channel region, mapped for the whole run and only accessed
+        // through atomics; `list` is null (count 0) or points to `count` NUL-terminated names in `channels`,
+        // which lives until `main` returns, as long as the payload runs.
+        let rc = unsafe { rtcell_capi::com::rtcell_cell_attach(base, len, list, channels.count) };
+        if rc != rtcell_capi::E_OK {
+            let which = if com.is_empty() { "every COM channel" } else { com };
+            return fault(&ctl, format_args!("{WHO}: attaching the C API to {which}: {}", last_error()));
+        }
     }
 
     let clock = Clock::from_boot(boot);

@@ -1,29 +1,25 @@
 //! `rtcell run scenario.toml`: validate the whole file, run it, print the per-task and per-channel
-//! tables, write the results document (suite `scenario`).
+//! tables, write the results document (suite `scenario`). With `--serve`, a gateway shows the run
+//! (gRPC and Prometheus) while it goes.
 //!
 //! Exit status: 0 when every task ran to the end with no error; 1 when a watchdog tripped, a task or a
 //! cell failed, or a check failed (the results are written all the same); 2 when the scenario is invalid
 //! (nothing started); 130 after Ctrl-C (what was measured is written, marked incomplete).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rtcell_host::facts::{HostFacts, StealSampler};
 use rtcell_host::tsc::TscClock;
 use rtcell_report::Results;
-use rtcell_scenario::{HostView, parse_duration};
+use rtcell_scenario::{HostView, Live, Plan, parse_duration};
 
 use super::{EXIT_INTERRUPTED, EXIT_USAGE, default_out, host_summary, host_warnings, install_ctrlc};
 
-/// `history`: the run history to record the run in (`--history PATH`; `None`: the default location).
-pub fn main(
-    file: &Path,
-    duration: Option<&str>,
-    out: Option<PathBuf>,
-    kinds: &[String],
-    history: Option<&Path>,
-) -> i32 {
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
+/// A scenario file made into a plan, with the command line's overrides; `Err` holds the message and
+/// the exit status (2: invalid, nothing started).
+pub fn load_plan(file: &Path, duration: Option<&str>, kinds: &[String]) -> Result<Plan, (String, i32)> {
     let host = HostView::here();
     let mut overrides = Vec::new();
     for k in kinds {
@@ -31,50 +27,65 @@ pub fn main(
             Some((cell, kind)) if !cell.is_empty() && !kind.is_empty() => {
                 overrides.push((cell.to_string(), kind.to_string()))
             }
-            _ => {
-                eprintln!("error: --kind {k:?}: give CELL=KIND, e.g. --kind ctrl=process");
-                return EXIT_USAGE;
-            }
+            _ => return Err((format!("error: --kind {k:?}: give CELL=KIND, e.g. --kind ctrl=process"), EXIT_USAGE)),
         }
     }
-    let mut plan = match rtcell_scenario::load_with(file, &host, &overrides) {
-        Ok(p) => p,
-        Err(invalid) => {
-            eprintln!("{invalid}");
-            let n = invalid.diags.len();
-            eprintln!(
-                "error: {} invalid: {n} problem{}; nothing was started",
+    let mut plan = rtcell_scenario::load_with(file, &host, &overrides).map_err(|invalid| {
+        let n = invalid.diags.len();
+        (
+            format!(
+                "{invalid}\nerror: {} invalid: {n} problem{}; nothing was started",
                 file.display(),
                 if n == 1 { "" } else { "s" }
-            );
-            return EXIT_USAGE;
-        }
-    };
+            ),
+            EXIT_USAGE,
+        )
+    })?;
     if let Some(d) = duration {
-        match parse_duration(d) {
-            Ok(d) => plan = plan.with_duration(d),
-            Err(e) => {
-                eprintln!("error: --duration {e}");
-                return EXIT_USAGE;
-            }
-        }
+        plan = plan.with_duration(parse_duration(d).map_err(|e| (format!("error: --duration {e}"), EXIT_USAGE))?);
     }
+    Ok(plan)
+}
+
+/// The results directory of a run: `out`, or a new one; refused if it holds a results.json already.
+pub fn out_dir(plan: &Plan, out: Option<PathBuf>) -> Result<PathBuf, (String, i32)> {
     let out = out.unwrap_or_else(|| default_out(&format!("scenario-{}", plan.name)));
     if out.join(rtcell_report::doc::RESULTS_FILE).exists() {
-        eprintln!(
-            "error: --out {}: it already holds a results.json; pick another directory or remove it",
-            out.display()
-        );
-        return EXIT_USAGE;
+        return Err((
+            format!(
+                "error: --out {}: it already holds a results.json; pick another directory or remove it",
+                out.display()
+            ),
+            EXIT_USAGE,
+        ));
     }
-    let tsc = match TscClock::calibrate() {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 1;
-        }
+    Ok(out)
+}
+
+/// How a run ended: its exit status and, when written, its results.json.
+pub struct Ended {
+    pub code: i32,
+    pub results: Option<PathBuf>,
+    pub error: Option<String>,
+}
+
+/// Runs a validated plan to the end, prints its tables, writes results.json (and report.html) into
+/// `out`, records it in the history. `observe` gets the live view once the cells are up; `stop` asks
+/// for an early end (checked with Ctrl-C).
+pub fn execute(
+    plan: &Plan,
+    file: &Path,
+    out: &Path,
+    history: Option<&Path>,
+    tsc: &TscClock,
+    observe: &dyn Fn(Arc<Live>),
+    stop: &dyn Fn() -> bool,
+) -> Ended {
+    let failed = |e: String| {
+        eprintln!("{e}");
+        Ended { code: 1, results: None, error: Some(e) }
     };
-    install_ctrlc();
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
     let facts = HostFacts::collect(Some(tsc.khz()));
     eprintln!("{}", host_summary(&facts));
     eprintln!(
@@ -89,16 +100,13 @@ pub fn main(
     let mut results = Results::new(env!("CARGO_PKG_VERSION"), git, Some(command), facts);
     let started = Instant::now();
     let steal = StealSampler::start();
-    if let Err(e) = std::fs::create_dir_all(&out) {
-        eprintln!("error: cannot create {}: {e}", out.display());
-        return 1;
+    if let Err(e) = std::fs::create_dir_all(out) {
+        return failed(format!("error: cannot create {}: {e}", out.display()));
     }
-    let r = match rtcell_scenario::run(&plan, tsc.khz(), &out, &rtcell_bench::stop_requested) {
+    let stop = || stop() || rtcell_bench::stop_requested();
+    let r = match rtcell_scenario::run_observed(plan, tsc.khz(), out, &stop, observe) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: scenario {:?} could not start: {e}", plan.name);
-            return 1;
-        }
+        Err(e) => return failed(format!("error: scenario {:?} could not start: {e}", plan.name)),
     };
     results.host.steal_pct = steal.finish();
     // The check of the first cell's CPU (the last online CPU when the scenario has no cell).
@@ -113,8 +121,8 @@ pub fn main(
     results.warnings.extend(r.warnings.iter().cloned());
     results.warnings.extend(r.errors.iter().map(|e| format!("error: {e}")));
     results.incomplete = r.incomplete;
-    let mut suite = rtcell_scenario::report::suite(&plan, &r);
-    let mut text = rtcell_scenario::report::text(&plan, &r);
+    let mut suite = rtcell_scenario::report::suite(plan, &r);
+    let mut text = rtcell_scenario::report::text(plan, &r);
     rtcell_bench::loads::attach_reports_to(&mut suite, &mut results.warnings, &mut text);
     results.suites.push(suite);
 
@@ -128,27 +136,74 @@ pub fn main(
     for f in &r.files {
         println!("log: {}", f.display());
     }
-    match results.write_to_dir(&out) {
+    let path = match results.write_to_dir(out) {
         Ok(path) => {
             println!("\nresults: {}", path.display());
-            super::report::write_beside(&results, &out);
+            super::report::write_beside(&results, out);
             super::history::record(history, &results, &path);
+            path
         }
-        Err(e) => {
-            eprintln!("error: could not write the results: {e}");
-            return 1;
-        }
-    }
+        Err(e) => return failed(format!("error: could not write the results: {e}")),
+    };
+    let ended = |code: i32, error: Option<String>| Ended { code, results: Some(path.clone()), error };
     if r.incomplete {
-        eprintln!("interrupted: the results cover only what ran before Ctrl-C (marked incomplete)");
-        return EXIT_INTERRUPTED;
+        eprintln!("interrupted: the results cover only what ran before the stop (marked incomplete)");
+        return ended(EXIT_INTERRUPTED, None);
     }
     if !r.errors.is_empty() {
         for e in &r.errors {
             eprintln!("error: {e}");
         }
         eprintln!("FAILED: {} error(s) during the run (the results above include them)", r.errors.len());
-        return 1;
+        return ended(1, Some(r.errors.join("; ")));
     }
-    0
+    ended(0, None)
+}
+
+/// `rtcell run`. `history`: the run history to record the run in (`None`: the default location).
+pub fn main(
+    file: &Path,
+    duration: Option<&str>,
+    out: Option<PathBuf>,
+    kinds: &[String],
+    history: Option<&Path>,
+    serve: Option<&super::gateway::ServeArgs>,
+) -> i32 {
+    let prepared = load_plan(file, duration, kinds).and_then(|plan| out_dir(&plan, out).map(|o| (plan, o)));
+    let (plan, out) = match prepared {
+        Ok(p) => p,
+        Err((msg, code)) => {
+            eprintln!("{msg}");
+            return code;
+        }
+    };
+    let tsc = match TscClock::calibrate() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    install_ctrlc();
+    if serve.is_some() {
+        super::gateway::install_sigterm();
+    }
+    let served = match serve.map(|s| super::gateway::serve_run(s, &plan, &out)).transpose() {
+        Ok(s) => s,
+        Err((msg, code)) => {
+            eprintln!("{msg}");
+            return code;
+        }
+    };
+    let observe = |live: Arc<Live>| {
+        if let Some(s) = &served {
+            s.slot.attach(live);
+        }
+    };
+    let stop = || served.as_ref().is_some_and(|s| s.slot.stop_requested());
+    let ended = execute(&plan, file, &out, history, &tsc, &observe, &stop);
+    if let Some(s) = served {
+        s.finish(&ended);
+    }
+    ended.code
 }

@@ -1,0 +1,240 @@
+//! Deploying a payload ELF into a new kvm cell (seed 004's generated-code pipeline): the ELF is checked
+//! (size, ELF header, segments inside guest RAM, entry inside a segment) before anything starts, stored
+//! under its SHA-256, and started on the CPU asked for, beside whatever else runs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rtcell_cells::{Cell, CellKind, CellSpec, VmOptions, WorkloadSpec};
+use rtcell_shm::RegionLayout;
+use rtcell_shm::mapping::SharedMemory;
+use sha2::{Digest, Sha256};
+use tonic::Status;
+
+use crate::pb;
+use crate::security::hex;
+
+/// Largest payload accepted: the guest's RAM.
+pub const MAX_PAYLOAD_BYTES: usize = rtcell_guest::abi::DEFAULT_RAM as usize;
+/// How long a new cell gets to report running.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// Most deployed cells at once.
+const MAX_DEPLOYED: usize = 16;
+
+struct Deployed {
+    cell: Cell,
+    sha256: String,
+    size: u64,
+    stored_at: PathBuf,
+    /// The region holding its control block: it must outlive the cell.
+    _shm: Arc<SharedMemory>,
+}
+
+/// The payload store and the cells started from it.
+pub struct Deployer {
+    dir: PathBuf,
+    cells: Mutex<BTreeMap<String, Deployed>>,
+}
+
+impl Deployer {
+    /// Payloads are stored in `dir` (created private if absent).
+    pub fn new(dir: &Path) -> Result<Deployer, String> {
+        crate::listen::private_dir(dir)?;
+        Ok(Deployer { dir: dir.to_owned(), cells: Mutex::new(BTreeMap::new()) })
+    }
+
+    /// Checks, stores and starts. `busy` lists the CPUs the run uses, and by what. Blocking (starts a VM).
+    pub fn deploy(&self, req: &pb::DeployPayloadRequest, busy: &[(usize, String)]) -> Result<pb::DeployedCell, Status> {
+        if req.elf.is_empty() {
+            return Err(Status::invalid_argument("no payload: `elf` is empty"));
+        }
+        if req.elf.len() > MAX_PAYLOAD_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "payload of {} bytes: larger than the guest's {} bytes of RAM",
+                req.elf.len(),
+                MAX_PAYLOAD_BYTES
+            )));
+        }
+        let sha = hex(&Sha256::digest(&req.elf));
+        let name = if req.name.is_empty() { format!("payload-{}", &sha[..8]) } else { req.name.clone() };
+        if name.len() > 24 || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+            return Err(Status::invalid_argument(format!(
+                "cell name {name:?}: 1 to 24 letters, digits, '_', '-' or '.'"
+            )));
+        }
+        if req.args.len() > 1024 || req.args.contains('\0') {
+            return Err(Status::invalid_argument("args: at most 1024 bytes of key=value lines, no NUL"));
+        }
+        // Store under the hash (written aside first, so a half-written file never has the final name),
+        // then validate the stored file: what is checked is exactly what will be loaded.
+        let stored = self.dir.join(format!("{sha}.elf"));
+        let tmp = self.dir.join(format!(".{sha}.{}.part", std::process::id()));
+        std::fs::write(&tmp, &req.elf).map_err(|e| Status::internal(format!("storing the payload: {e}")))?;
+        let path_text = tmp.display().to_string();
+        if let Err(e) = rtcell_kvm::payloads::validate(&path_text, rtcell_guest::abi::DEFAULT_RAM) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Status::invalid_argument(
+                format!("not a payload this cell can run: {e}").replace(&path_text, "payload"),
+            ));
+        }
+        std::fs::rename(&tmp, &stored).map_err(|e| Status::internal(format!("storing the payload: {e}")))?;
+        // Kept by hash even if the start below is refused: the same bytes are the same file.
+
+        let cpu = req.cpu as usize;
+        let online = rtcell_host::cpu::online_cpus().map_err(|e| Status::internal(format!("online CPUs: {e}")))?;
+        if !online.contains(&cpu) {
+            return Err(Status::invalid_argument(format!(
+                "CPU {cpu} does not exist or is offline (online: {online:?})"
+            )));
+        }
+        if let Some((_, what)) = busy.iter().find(|(c, _)| *c == cpu) {
+            return Err(Status::failed_precondition(format!("CPU {cpu} is taken by {what}: pick another")));
+        }
+        let mut cells = self.cells.lock().map_err(|_| Status::internal("deployed cells poisoned"))?;
+        cells.retain(|_, d| !d.cell.status().is_finished() || d.cell.name() == name);
+        if cells.contains_key(&name) {
+            return Err(Status::already_exists(format!(
+                "a deployed cell is named {name:?}: stop it first (rtcell ctl stop-cell {name})"
+            )));
+        }
+        if let Some(d) = cells.values().find(|d| d.cell.cpu() == cpu) {
+            return Err(Status::failed_precondition(format!(
+                "CPU {cpu} runs deployed cell {:?}: pick another",
+                d.cell.name()
+            )));
+        }
+        if cells.len() >= MAX_DEPLOYED {
+            return Err(Status::resource_exhausted(format!("{MAX_DEPLOYED} deployed cells run already")));
+        }
+
+        let mut layout = RegionLayout::new();
+        layout.page_aligned();
+        rtcell_shm::control::add_to_layout(&mut layout, &name).map_err(|e| Status::internal(format!("region: {e}")))?;
+        let shm = SharedMemory::create_anonymous(&format!("deploy-{name}"), layout.size_bytes())
+            .map_err(|e| Status::internal(format!("shared memory: {e}")))?;
+        layout.init(shm.words(), std::process::id()).map_err(|e| Status::internal(format!("region: {e}")))?;
+        let shm = Arc::new(shm);
+        let spec = CellSpec {
+            name: name.clone(),
+            kind: CellKind::Kvm,
+            cpu,
+            priority: Some(80),
+            lock_memory: true,
+            workload: WorkloadSpec::Payload {
+                payload: stored.display().to_string(),
+                args: req.args.clone(),
+                guest_writes: Vec::new(),
+            },
+            vm: VmOptions::default(),
+        };
+        let mut cell = Cell::start(spec, Arc::clone(&shm))
+            .map_err(|e| Status::failed_precondition(format!("cell {name:?}: {e}")))?;
+        if let Err(e) = cell.wait_running(START_TIMEOUT) {
+            let rep = cell.stop(Duration::from_secs(2));
+            return Err(Status::aborted(format!("cell {name:?} did not start: {e} ({})", rep.status)));
+        }
+        let d = Deployed { cell, sha256: sha, size: req.elf.len() as u64, stored_at: stored, _shm: shm };
+        let info = describe(&name, &d, None);
+        cells.insert(name, d);
+        Ok(info)
+    }
+
+    /// Stops a deployed cell and forgets it.
+    pub fn stop(&self, name: &str) -> Result<pb::DeployedCell, Status> {
+        let d = {
+            let mut cells = self.cells.lock().map_err(|_| Status::internal("deployed cells poisoned"))?;
+            cells.remove(name).ok_or_else(|| {
+                let known: Vec<String> = cells.keys().cloned().collect();
+                Status::not_found(format!(
+                    "no deployed cell {name:?} (deployed: {})",
+                    if known.is_empty() { "none".into() } else { known.join(", ") }
+                ))
+            })?
+        };
+        let logs = d.cell.logs();
+        let exits = d.cell.vm_exits();
+        let (sha, size, at) = (d.sha256.clone(), d.size, d.stored_at.clone());
+        let cpu = d.cell.cpu();
+        let rep = d.cell.stop(Duration::from_secs(3));
+        Ok(pb::DeployedCell {
+            name: name.to_string(),
+            cpu: cpu as u32,
+            sha256: sha,
+            size_bytes: size,
+            stored_at: at.display().to_string(),
+            status: rep.status.to_string(),
+            vm_exits: exits.unwrap_or_default().into_iter().collect(),
+            log: tail(logs),
+        })
+    }
+
+    /// Every deployed cell now.
+    pub fn list(&self) -> Vec<pb::DeployedCell> {
+        let Ok(mut cells) = self.cells.lock() else { return Vec::new() };
+        cells
+            .iter_mut()
+            .map(|(n, d)| {
+                let st = d.cell.status().to_string();
+                describe(n, d, Some(st))
+            })
+            .collect()
+    }
+
+    /// The CPUs deployed cells use.
+    pub fn cpus(&self) -> Vec<usize> {
+        self.cells.lock().map(|c| c.values().map(|d| d.cell.cpu()).collect()).unwrap_or_default()
+    }
+
+    /// The deployed cells as statistics rows.
+    pub fn cell_states(&self) -> Vec<pb::CellState> {
+        let Ok(mut cells) = self.cells.lock() else { return Vec::new() };
+        cells
+            .iter_mut()
+            .map(|(n, d)| {
+                let st = d.cell.status();
+                pb::CellState {
+                    name: n.clone(),
+                    kind: "kvm".into(),
+                    cpu: d.cell.cpu() as u32,
+                    status: st.to_string(),
+                    finished: st.is_finished(),
+                    handled: d.cell.progress().1,
+                    vm_exits: d.cell.vm_exits().unwrap_or_default().into_iter().collect(),
+                    origin: "deployed".into(),
+                }
+            })
+            .collect()
+    }
+
+    /// Stops every deployed cell (the daemon is going away).
+    pub fn stop_all(&self) {
+        let all: Vec<Deployed> = match self.cells.lock() {
+            Ok(mut c) => std::mem::take(&mut *c).into_values().collect(),
+            Err(_) => return,
+        };
+        for d in all {
+            d.cell.stop(Duration::from_secs(3));
+        }
+    }
+}
+
+fn tail(mut logs: Vec<String>) -> Vec<String> {
+    let n = logs.len().saturating_sub(20);
+    logs.drain(..n);
+    logs
+}
+
+fn describe(name: &str, d: &Deployed, status: Option<String>) -> pb::DeployedCell {
+    pb::DeployedCell {
+        name: name.to_string(),
+        cpu: d.cell.cpu() as u32,
+        sha256: d.sha256.clone(),
+        size_bytes: d.size,
+        stored_at: d.stored_at.display().to_string(),
+        status: status.unwrap_or_else(|| "running".into()),
+        vm_exits: d.cell.vm_exits().unwrap_or_default().into_iter().collect(),
+        log: tail(d.cell.logs()),
+    }
+}

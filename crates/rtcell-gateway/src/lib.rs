@@ -1,0 +1,31 @@
+//! The gateway: a gRPC API (`proto/rtcell/v1/*.proto`) and Prometheus metrics over a running
+//! scenario, on the Linux side of the machine.
+//!
+//! - [`snapshot`]: statistics read lock-free from the run's shared memory;
+//! - [`write`]: writes to `writable` signals, confirmed by the acknowledgement of the task reading them;
+//! - [`deploy`]: payload ELFs checked, stored under their hash and started in new kvm cells;
+//! - [`security`]: bearer tokens, client identity, rate limits, the audit log;
+//! - [`listen`]: the Unix socket (0600, private directory) and TCP listeners, the connection cap;
+//! - [`metrics`]: the Prometheus text exposition;
+//! - [`server`]: listeners, TLS and limits put together; [`client`]: connecting as `rtcell ctl` does.
+
+pub mod client;
+pub mod deploy;
+pub mod listen;
+pub mod metrics;
+mod metrics_http;
+pub mod runs;
+pub mod security;
+pub mod server;
+pub mod service;
+pub mod snapshot;
+pub mod write;
+
+/// The generated messages and services of package `rtcell.v1`.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("rtcell.v1");
+}
+
+pub use runs::{RunOutcome, RunSlot, Runner, StartRequest};
+pub use service::{Gateway, GatewayOptions};

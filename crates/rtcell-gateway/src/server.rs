@@ -1,0 +1,232 @@
+//! Putting a gateway on the air: its listeners (Unix socket, TCP with token and/or mutual TLS), the
+//! request limits, the per-request accounting, and `/metrics` over HTTP. Everything runs on a small
+//! tokio runtime whose threads are pinned to the CPUs no cell uses, at normal priority.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+use crate::listen::{Addr, bind_unix, capped};
+use crate::pb::gateway_server::GatewayServer;
+use crate::service::{Gateway, Service};
+
+/// Largest request message (a payload ELF fits, with room).
+pub const MAX_REQUEST_BYTES: usize = crate::deploy::MAX_PAYLOAD_BYTES + 64 * 1024;
+/// Most connections open at once per listener.
+pub const MAX_CONNECTIONS: usize = 128;
+/// Most requests in flight per connection.
+const MAX_STREAMS: u32 = 32;
+
+/// How clients on TCP prove who they are.
+#[derive(Debug, Clone, Default)]
+pub struct TcpAuth {
+    /// Bearer token (already read from its file).
+    pub token: Option<String>,
+    /// Server certificate and key (PEM), and the CA that signs client certificates: mutual TLS.
+    pub tls: Option<TlsFiles>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
+}
+
+/// A gateway's listeners.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: Vec<Addr>,
+    pub tcp_auth: TcpAuth,
+    /// Plain HTTP `/metrics` for Prometheus (read-only).
+    pub metrics: Option<SocketAddr>,
+    /// CPUs the runtime's threads may use (empty: any).
+    pub cpus: Vec<usize>,
+}
+
+/// A running gateway; dropping it stops the listeners.
+pub struct Running {
+    rt: Option<tokio::runtime::Runtime>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    /// The addresses really bound (TCP port 0 resolved).
+    pub bound: Vec<Addr>,
+    pub metrics_bound: Option<SocketAddr>,
+}
+
+impl Running {
+    /// Stops the listeners and waits briefly for the in-flight requests.
+    pub fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+        for a in &self.bound {
+            if let Addr::Unix(p) = a {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Checks the options and starts serving in the background. Errors name the listener and the fix.
+pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, String> {
+    let has_tcp = opts.listen.iter().any(|a| matches!(a, Addr::Tcp(_)));
+    if has_tcp && opts.tcp_auth.token.is_none() && opts.tcp_auth.tls.is_none() {
+        return Err("TCP needs authentication: give --token-file FILE, or --tls-cert, --tls-key and --tls-client-ca (mutual TLS), or both".into());
+    }
+    let tls = match &opts.tcp_auth.tls {
+        Some(f) => Some(tls_config(f)?),
+        None => None,
+    };
+    let cpus = opts.cpus.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(8)
+        .thread_name("rtcell-gateway")
+        .enable_all()
+        .on_thread_start(move || {
+            if !cpus.is_empty() {
+                let _ = rtcell_host::cpu::pin_current_thread_to(&cpus);
+            }
+        })
+        .build()
+        .map_err(|e| format!("gateway runtime: {e}"))?;
+    let (shutdown, rx) = tokio::sync::watch::channel(false);
+    let mut bound = Vec::new();
+    let mut metrics_bound = None;
+    rt.block_on(async {
+        for a in &opts.listen {
+            let svc = GatewayServer::new(Service(Arc::clone(&gateway)))
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
+                .max_encoding_message_size(16 << 20);
+            let counted = tower::layer::layer_fn({
+                let g = Arc::clone(&gateway);
+                move |inner| Counted { inner, gateway: Arc::clone(&g) }
+            });
+            let mut builder = Server::builder()
+                .max_concurrent_streams(Some(MAX_STREAMS))
+                .concurrency_limit_per_connection(MAX_STREAMS as usize)
+                .http2_keepalive_interval(Some(Duration::from_secs(30)))
+                .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+                .tcp_nodelay(true);
+            let refused = Arc::clone(&gateway.counters.connections_refused);
+            let mut stop = rx.clone();
+            let until = async move {
+                let _ = stop.wait_for(|v| *v).await;
+            };
+            match a {
+                Addr::Unix(p) => {
+                    let l = bind_unix(p)?;
+                    let incoming = capped(l, MAX_CONNECTIONS, refused);
+                    let router = builder.layer(counted).add_service(svc);
+                    tokio::spawn(router.serve_with_incoming_shutdown(incoming, until));
+                    bound.push(a.clone());
+                }
+                Addr::Tcp(addr) => {
+                    let l = tokio::net::TcpListener::bind(addr)
+                        .await
+                        .map_err(|e| format!("cannot listen on tcp://{addr}: {e}"))?;
+                    let local = l.local_addr().map_err(|e| format!("tcp://{addr}: {e}"))?;
+                    if let Some(t) = &tls {
+                        builder = builder.tls_config(t.clone()).map_err(|e| format!("TLS: {e}"))?;
+                    }
+                    let incoming = capped(l, MAX_CONNECTIONS, refused);
+                    let token = opts.tcp_auth.token.clone();
+                    let svc =
+                        tonic::service::interceptor::InterceptedService::new(svc, move |req: tonic::Request<()>| {
+                            if let Some(t) = &token {
+                                crate::security::check_bearer(t, &req)?;
+                            }
+                            Ok(req)
+                        });
+                    let router = builder.layer(counted).add_service(svc);
+                    tokio::spawn(router.serve_with_incoming_shutdown(incoming, until));
+                    bound.push(Addr::Tcp(local));
+                }
+            }
+        }
+        if let Some(m) = opts.metrics {
+            let l = tokio::net::TcpListener::bind(m).await.map_err(|e| format!("cannot serve /metrics on {m}: {e}"))?;
+            metrics_bound = Some(l.local_addr().map_err(|e| format!("{m}: {e}"))?);
+            tokio::spawn(crate::metrics_http::serve(l, Arc::clone(&gateway), rx.clone()));
+        }
+        Ok::<(), String>(())
+    })?;
+    Ok(Running { rt: Some(rt), shutdown, bound, metrics_bound })
+}
+
+fn tls_config(f: &TlsFiles) -> Result<ServerTlsConfig, String> {
+    let read = |p: &PathBuf, what: &str| std::fs::read(p).map_err(|e| format!("{what} {}: {e}", p.display()));
+    let cert = read(&f.cert, "--tls-cert")?;
+    let key = read(&f.key, "--tls-key")?;
+    let ca = read(&f.client_ca, "--tls-client-ca")?;
+    for (bytes, flag, p) in
+        [(&cert, "--tls-cert", &f.cert), (&key, "--tls-key", &f.key), (&ca, "--tls-client-ca", &f.client_ca)]
+    {
+        if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+            return Err(format!("{flag} {}: not a PEM file", p.display()));
+        }
+    }
+    Ok(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)).client_ca_root(Certificate::from_pem(ca)))
+}
+
+/// Counts every request by method and gRPC status (the status of a refusal before the service, such as
+/// a missing token or an undecodable message, is in the response headers).
+#[derive(Clone)]
+struct Counted<S> {
+    inner: S,
+    gateway: Arc<Gateway>,
+}
+
+impl<S, B, RB> tower::Service<http::Request<B>> for Counted<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>> + Send,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let path = req.uri().path().to_string();
+        let fut = self.inner.call(req);
+        let g = Arc::clone(&self.gateway);
+        Box::pin(async move {
+            let r = fut.await;
+            if let Ok(resp) = &r {
+                let code = resp
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<i32>().ok())
+                    .map_or(tonic::Code::Ok, tonic::Code::from_i32);
+                // Method names come from clients: only the API's own are labels.
+                let method = path
+                    .strip_prefix("/rtcell.v1.Gateway/")
+                    .filter(|m| m.len() < 32 && m.chars().all(|c| c.is_ascii_alphanumeric()))
+                    .unwrap_or("(other)");
+                g.counters.request(method, code);
+            }
+            r
+        })
+    }
+}

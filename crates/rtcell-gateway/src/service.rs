@@ -1,0 +1,483 @@
+//! The gRPC service: what each call reads or does, and the precise status of each refusal.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::deploy::Deployer;
+use crate::metrics::{GatewayCounters, Scrape};
+use crate::pb;
+use crate::pb::gateway_server::Gateway as GatewayApi;
+use crate::runs::{RunSlot, Runner, StartRequest};
+use crate::security::{Audit, RateLimit, client_of};
+use crate::snapshot;
+
+/// Largest scenario text accepted by StartScenario.
+const MAX_SCENARIO_BYTES: usize = 256 * 1024;
+/// Runs kept for GetResults (the oldest finished ones are forgotten first).
+const KEEP_RUNS: usize = 32;
+
+/// What the gateway serves, shared by every listener.
+pub struct Gateway {
+    runs: Mutex<Vec<Arc<RunSlot>>>,
+    runner: Option<Arc<dyn Runner>>,
+    deployer: Option<Deployer>,
+    /// Where scenario texts received by StartScenario are written.
+    spool: Option<PathBuf>,
+    pub counters: GatewayCounters,
+    writes: tokio::sync::Mutex<()>,
+    limit: RateLimit,
+    audit: Audit,
+    host: pb::HostInfo,
+}
+
+/// How a gateway is set up.
+pub struct GatewayOptions {
+    /// Starts scenarios (`rtcell serve`); `None`: StartScenario is refused (`rtcell run --serve`).
+    pub runner: Option<Arc<dyn Runner>>,
+    /// Private directory for stored payloads and received scenarios; `None`: DeployPayload is refused.
+    pub state_dir: Option<PathBuf>,
+    /// Writes per second per client, and burst.
+    pub write_rate: f64,
+    pub write_burst: f64,
+    pub audit: Audit,
+}
+
+impl Gateway {
+    pub fn new(opts: GatewayOptions) -> Result<Gateway, String> {
+        let (deployer, spool) = match &opts.state_dir {
+            Some(d) => {
+                crate::listen::private_dir(d)?;
+                let spool = d.join("scenarios");
+                crate::listen::private_dir(&spool)?;
+                (Some(Deployer::new(&d.join("payloads"))?), Some(spool))
+            }
+            None => (None, None),
+        };
+        let facts = rtcell_host::facts::HostFacts::collect(None);
+        Ok(Gateway {
+            runs: Mutex::new(Vec::new()),
+            runner: opts.runner,
+            deployer,
+            spool,
+            counters: GatewayCounters::default(),
+            writes: tokio::sync::Mutex::new(()),
+            limit: RateLimit::new(opts.write_rate, opts.write_burst),
+            audit: opts.audit,
+            host: pb::HostInfo {
+                hostname: rtcell_host::facts::hostname(),
+                hypervisor: facts.hypervisor.clone().unwrap_or_default(),
+                preemption: facts.preempt.clone(),
+                cpus: facts.cpus,
+            },
+        })
+    }
+
+    /// Adds a run (the one `rtcell run --serve` runs, or one the runner started).
+    pub fn add_run(&self, slot: Arc<RunSlot>) {
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.push(slot);
+            while runs.len() > KEEP_RUNS {
+                match runs.iter().position(|r| r.outcome().is_some()) {
+                    Some(i) => {
+                        runs.remove(i);
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// The latest run.
+    pub fn current(&self) -> Option<Arc<RunSlot>> {
+        self.runs.lock().ok().and_then(|r| r.last().cloned())
+    }
+
+    fn find(&self, id: &str) -> Result<Arc<RunSlot>, Status> {
+        let runs = self.runs.lock().map_err(|_| Status::internal("runs poisoned"))?;
+        if id.is_empty() {
+            return runs
+                .last()
+                .cloned()
+                .ok_or_else(|| Status::not_found("no run yet: start one (rtcell ctl start SCENARIO)"));
+        }
+        runs.iter().find(|r| r.id == id).cloned().ok_or_else(|| {
+            let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+            Status::not_found(format!(
+                "no run {id:?} here (known: {})",
+                if ids.is_empty() { "none".into() } else { ids.join(", ") }
+            ))
+        })
+    }
+
+    fn running(&self) -> Result<(Arc<RunSlot>, Arc<rtcell_scenario::Live>), Status> {
+        let slot = self.find("")?;
+        let live = slot
+            .live()
+            .cloned()
+            .ok_or_else(|| Status::unavailable(format!("run {} is {}: its cells are not up", slot.id, slot.state())))?;
+        Ok((slot, live))
+    }
+
+    /// Everything a scrape shows now.
+    pub fn scrape(&self) -> Scrape {
+        let slot = self.current();
+        let mut stats = slot.as_deref().map(|s| snapshot::stats(s, true)).unwrap_or_default();
+        if let Some(d) = &self.deployer {
+            stats.cells.extend(d.cell_states());
+        }
+        let c = &self.counters;
+        Scrape {
+            stats,
+            run: slot.as_deref().map(snapshot::run_info),
+            requests: c.requests.lock().map(|m| m.clone()).unwrap_or_default(),
+            writes: c.writes.lock().map(|m| m.clone()).unwrap_or_default(),
+            connections_refused: c.connections_refused.load(std::sync::atomic::Ordering::Relaxed),
+            deploys: c.deploys.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    pub fn metrics_text(&self) -> Result<String, String> {
+        crate::metrics::render(self.scrape())
+    }
+
+    fn stats_now(&self, buckets: bool) -> pb::Stats {
+        let mut s = self.current().map(|r| snapshot::stats(&r, buckets)).unwrap_or_default();
+        if let Some(d) = &self.deployer {
+            s.cells.extend(d.cell_states());
+        }
+        s
+    }
+
+    /// Stops what the gateway started itself (the daemon is going away).
+    pub fn shutdown(&self) {
+        if let Some(r) = self.current()
+            && r.outcome().is_none()
+        {
+            r.request_stop();
+        }
+        if let Some(d) = &self.deployer {
+            d.stop_all();
+        }
+    }
+}
+
+/// The tonic service over a shared [`Gateway`].
+#[derive(Clone)]
+pub struct Service(pub Arc<Gateway>);
+
+type StatsStream = Pin<Box<dyn Stream<Item = Result<pb::Stats, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl GatewayApi for Service {
+    async fn get_status(&self, _req: Request<pb::GetStatusRequest>) -> Result<Response<pb::Status>, Status> {
+        let g = &self.0;
+        let mut st = pb::Status {
+            host: Some(g.host.clone()),
+            server_version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        };
+        if let Some(slot) = g.current() {
+            st.run = Some(snapshot::run_info(&slot));
+            if let Some(live) = slot.live() {
+                let region = live.region().ok();
+                st.cells = snapshot::cell_states(live);
+                st.tasks = snapshot::task_infos(&live.plan, region.as_ref());
+                st.signals = live.plan.signals.iter().map(snapshot::signal_info).collect();
+            }
+        }
+        if let Some(d) = &g.deployer {
+            st.deployed = d.list();
+        }
+        Ok(Response::new(st))
+    }
+
+    async fn get_stats(&self, req: Request<pb::GetStatsRequest>) -> Result<Response<pb::Stats>, Status> {
+        Ok(Response::new(self.0.stats_now(req.get_ref().buckets)))
+    }
+
+    type StreamStatsStream = StatsStream;
+
+    async fn stream_stats(&self, req: Request<pb::StreamStatsRequest>) -> Result<Response<StatsStream>, Status> {
+        let r = req.into_inner();
+        let rate = if r.rate_hz == 0.0 { 1.0 } else { r.rate_hz };
+        if !(0.1..=100.0).contains(&rate) {
+            return Err(Status::invalid_argument(format!("rate_hz {rate}: give 0.1 to 100 snapshots per second")));
+        }
+        let g = Arc::clone(&self.0);
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut sent = 0u32;
+            loop {
+                tick.tick().await;
+                let s = g.stats_now(r.buckets);
+                let last = s.finished || (r.count > 0 && sent + 1 >= r.count);
+                // A client that went away ends the stream; nothing else is affected.
+                if tx.send(Ok(s)).await.is_err() || last {
+                    break;
+                }
+                sent += 1;
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn read_signal(&self, req: Request<pb::ReadSignalRequest>) -> Result<Response<pb::SignalValue>, Status> {
+        let (_, live) = self.0.running()?;
+        let name = &req.get_ref().name;
+        let sig = live.plan.signals.iter().find(|s| &s.name == name).ok_or_else(|| {
+            let known: Vec<&str> = live.plan.signals.iter().map(|s| s.name.as_str()).collect();
+            Status::not_found(format!(
+                "no signal {name:?} (signals: {})",
+                if known.is_empty() { "none".into() } else { known.join(", ") }
+            ))
+        })?;
+        let region = live.region().map_err(Status::internal)?;
+        let view = region.signal(&sig.name).map_err(|e| Status::internal(format!("signal {name:?}: {e}")))?;
+        let mut values = vec![0.0; sig.values as usize];
+        let n = rtcell_tasks::work::read_f64s(&view, &mut values).map_err(Status::data_loss)?;
+        values.truncate(n);
+        let seq = view.seq_word().load(std::sync::atomic::Ordering::Acquire);
+        Ok(Response::new(pb::SignalValue {
+            name: sig.name.clone(),
+            values,
+            seq,
+            info: Some(snapshot::signal_info(sig)),
+        }))
+    }
+
+    async fn write_signal(&self, req: Request<pb::WriteSignalRequest>) -> Result<Response<pb::WriteAck>, Status> {
+        let client = client_of(&req);
+        let r = req.into_inner();
+        let what =
+            serde_json::json!({ "signal": r.name, "values": r.values.iter().map(value_json).collect::<Vec<_>>() });
+        let res = self.write(&client, &r).await;
+        self.0.audit.log(
+            &client,
+            "write",
+            what,
+            &res.as_ref()
+                .map(|a| format!("seq {} seen {:?} by task {:?}", a.seq, a.seen, a.task))
+                .map_err(Clone::clone),
+        );
+        let result = match &res {
+            Ok(_) => "acknowledged",
+            Err(s) => crate::metrics::code_name(s.code()),
+        };
+        // Names of signals that do not exist are not used as labels: a client could make them unbounded.
+        let label = match self.0.running() {
+            Ok((_, live)) if live.plan.signals.iter().any(|s| s.name == r.name) => r.name.clone(),
+            _ => "(unknown)".into(),
+        };
+        self.0.counters.write(&label, result);
+        res.map(Response::new)
+    }
+
+    async fn start_scenario(&self, req: Request<pb::StartScenarioRequest>) -> Result<Response<pb::RunInfo>, Status> {
+        let client = client_of(&req);
+        let r = req.into_inner();
+        let what =
+            serde_json::json!({ "path": r.path, "toml_bytes": r.toml.len(), "duration": r.duration, "kinds": r.kinds });
+        let res = self.start(r);
+        self.0.audit.log(
+            &client,
+            "start",
+            what,
+            &res.as_ref().map(|i| format!("run {}", i.run_id)).map_err(Clone::clone),
+        );
+        res.map(Response::new)
+    }
+
+    async fn stop_scenario(&self, req: Request<pb::StopScenarioRequest>) -> Result<Response<pb::RunInfo>, Status> {
+        let client = client_of(&req);
+        let slot = self.0.find(&req.get_ref().run_id)?;
+        if slot.outcome().is_some() {
+            return Err(Status::failed_precondition(format!("run {} has already ended ({})", slot.id, slot.state())));
+        }
+        slot.request_stop();
+        let res: Result<pb::RunInfo, Status> = Ok(snapshot::run_info(&slot));
+        self.0.audit.log(
+            &client,
+            "stop",
+            serde_json::json!({ "run": slot.id }),
+            &res.as_ref().map(|_| "stop requested".to_string()).map_err(Clone::clone),
+        );
+        res.map(Response::new)
+    }
+
+    async fn deploy_payload(
+        &self,
+        req: Request<pb::DeployPayloadRequest>,
+    ) -> Result<Response<pb::DeployedCell>, Status> {
+        let client = client_of(&req);
+        self.0.limit.take(&client)?;
+        let r = req.into_inner();
+        let sha = crate::security::hex(&<sha2::Sha256 as sha2::Digest>::digest(&r.elf));
+        let what = serde_json::json!({ "bytes": r.elf.len(), "sha256": sha, "cpu": r.cpu, "name": r.name });
+        let g = Arc::clone(&self.0);
+        let res = tokio::task::spawn_blocking(move || {
+            let Some(d) = &g.deployer else {
+                return Err(Status::failed_precondition("this gateway does not deploy payloads: run `rtcell serve`"));
+            };
+            let mut busy: Vec<(usize, String)> = Vec::new();
+            if let Some(l) = g.current().filter(|s| s.outcome().is_none()).and_then(|s| s.live().cloned()) {
+                busy.extend(l.plan.cells.iter().map(|c| (c.cpu, format!("cell {:?} of the running scenario", c.name))));
+                busy.push((l.plan.master_cpu, "the running scenario's Linux-side tasks".to_string()));
+            }
+            d.deploy(&r, &busy)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("deploy task: {e}")))?;
+        if res.is_ok() {
+            self.0.counters.deploys.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.0.audit.log(
+            &client,
+            "deploy",
+            what,
+            &res.as_ref()
+                .map(|c| format!("cell {:?} on CPU {} ({})", c.name, c.cpu, c.stored_at))
+                .map_err(Clone::clone),
+        );
+        res.map(Response::new)
+    }
+
+    async fn stop_cell(&self, req: Request<pb::StopCellRequest>) -> Result<Response<pb::DeployedCell>, Status> {
+        let client = client_of(&req);
+        let name = req.into_inner().name;
+        let g = Arc::clone(&self.0);
+        let n2 = name.clone();
+        let res = tokio::task::spawn_blocking(move || match &g.deployer {
+            Some(d) => d.stop(&n2),
+            None => Err(Status::failed_precondition("this gateway deploys no cells")),
+        })
+        .await
+        .map_err(|e| Status::internal(format!("stop task: {e}")))?;
+        self.0.audit.log(
+            &client,
+            "stop-cell",
+            serde_json::json!({ "cell": name }),
+            &res.as_ref().map(|c| c.status.clone()).map_err(Clone::clone),
+        );
+        res.map(Response::new)
+    }
+
+    async fn get_results(&self, req: Request<pb::GetResultsRequest>) -> Result<Response<pb::ResultsDocument>, Status> {
+        let slot = self.0.find(&req.get_ref().run_id)?;
+        let Some(o) = slot.outcome() else {
+            return Err(Status::unavailable(format!(
+                "run {} is {}: its results are written when it ends",
+                slot.id,
+                slot.state()
+            )));
+        };
+        let Some(path) = &o.results_path else {
+            return Err(Status::not_found(format!(
+                "run {} wrote no results: {}",
+                slot.id,
+                o.error.clone().unwrap_or_default()
+            )));
+        };
+        let json = std::fs::read_to_string(path).map_err(|e| Status::not_found(format!("{}: {e}", path.display())))?;
+        Ok(Response::new(pb::ResultsDocument { run_id: slot.id.clone(), json, path: path.display().to_string() }))
+    }
+
+    async fn get_metrics(&self, _req: Request<pb::GetMetricsRequest>) -> Result<Response<pb::MetricsText>, Status> {
+        let text = self.0.metrics_text().map_err(Status::internal)?;
+        Ok(Response::new(pb::MetricsText { text }))
+    }
+}
+
+impl Service {
+    async fn write(&self, client: &str, r: &pb::WriteSignalRequest) -> Result<pb::WriteAck, Status> {
+        self.0.limit.take(client)?;
+        let (_, live) = self.0.running()?;
+        let (sig, values) = crate::write::check(&live, r)?;
+        let wait = crate::write::ack_wait(&live, sig, r.timeout_ms);
+        // One write at a time: each acknowledgement then answers exactly one write.
+        let _one = self.0.writes.lock().await;
+        crate::write::write_and_confirm(&live, sig, &values, wait).await
+    }
+
+    fn start(&self, r: pb::StartScenarioRequest) -> Result<pb::RunInfo, Status> {
+        let Some(runner) = &self.0.runner else {
+            return Err(Status::failed_precondition(
+                "this gateway serves one run (rtcell run --serve); start scenarios through `rtcell serve`",
+            ));
+        };
+        if let Some(cur) = self.0.current()
+            && cur.outcome().is_none()
+        {
+            return Err(Status::failed_precondition(format!(
+                "run {} ({}) is {}: stop it first (rtcell ctl stop)",
+                cur.id,
+                cur.scenario,
+                cur.state()
+            )));
+        }
+        let path = match (r.path.is_empty(), r.toml.is_empty()) {
+            (false, true) => PathBuf::from(&r.path),
+            (true, false) => {
+                if r.toml.len() > MAX_SCENARIO_BYTES {
+                    return Err(Status::invalid_argument(format!(
+                        "scenario text of {} bytes: at most {MAX_SCENARIO_BYTES}",
+                        r.toml.len()
+                    )));
+                }
+                let spool = self
+                    .0
+                    .spool
+                    .as_ref()
+                    .ok_or_else(|| Status::failed_precondition("no state directory to keep the scenario in"))?;
+                let base = if r.base_dir.is_empty() {
+                    std::env::current_dir().unwrap_or_default()
+                } else {
+                    PathBuf::from(&r.base_dir)
+                };
+                if !base.is_dir() {
+                    return Err(Status::invalid_argument(format!(
+                        "base_dir {}: not a directory on the gateway's machine",
+                        base.display()
+                    )));
+                }
+                // The file must sit in base_dir for its relative paths; the spool keeps a copy.
+                let sha = crate::security::hex(&<sha2::Sha256 as sha2::Digest>::digest(r.toml.as_bytes()));
+                let keep = spool.join(format!("{}.toml", &sha[..16]));
+                std::fs::write(&keep, &r.toml).map_err(|e| Status::internal(format!("{}: {e}", keep.display())))?;
+                if r.base_dir.is_empty() {
+                    keep
+                } else {
+                    let p = base.join(format!(".rtcell-api-{}.toml", &sha[..16]));
+                    std::fs::write(&p, &r.toml).map_err(|e| Status::internal(format!("{}: {e}", p.display())))?;
+                    p
+                }
+            }
+            _ => {
+                return Err(Status::invalid_argument(
+                    "give either `path` (a file on the gateway's machine) or `toml` (the scenario's text), not both",
+                ));
+            }
+        };
+        let req = StartRequest { path, duration: (!r.duration.is_empty()).then_some(r.duration), kinds: r.kinds };
+        let slot = runner.start(req).map_err(Status::invalid_argument)?;
+        self.0.add_run(Arc::clone(&slot));
+        Ok(snapshot::run_info(&slot))
+    }
+}
+
+/// A written value as the audit log shows it (typed as the client sent it).
+fn value_json(v: &pb::Value) -> serde_json::Value {
+    use pb::value::Kind;
+    match v.kind {
+        Some(Kind::F64(x)) => serde_json::json!({ "f64": x }),
+        Some(Kind::I64(x)) => serde_json::json!({ "i64": x }),
+        Some(Kind::Bool(b)) => serde_json::json!({ "bool": b }),
+        None => serde_json::Value::Null,
+    }
+}

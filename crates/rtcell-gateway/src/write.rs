@@ -1,0 +1,149 @@
+//! Writes to writable signals: checked against the scenario's declaration, published on the signal,
+//! and confirmed by the acknowledgement of the task that reads it (see `rtcell_tasks::params`).
+
+use std::time::Duration;
+
+use rtcell_scenario::Live;
+use rtcell_scenario::plan::{PlanSignal, ValueType};
+use rtcell_tasks::params::{ack_name, publish, read_ack};
+use tonic::Status;
+
+use crate::pb;
+use crate::snapshot::mono_ns;
+
+/// Longest wait for an acknowledgement a client may ask for.
+pub const MAX_ACK_WAIT: Duration = Duration::from_secs(10);
+/// How often the acknowledgement is looked at while waiting.
+const ACK_POLL: Duration = Duration::from_micros(200);
+
+/// The signal and its values as f64, or the precise reason the write is refused.
+pub fn check<'p>(live: &'p Live, req: &pb::WriteSignalRequest) -> Result<(&'p PlanSignal, Vec<f64>), Status> {
+    let sig = live.plan.signals.iter().find(|s| s.name == req.name).ok_or_else(|| {
+        let known: Vec<&str> =
+            live.plan.signals.iter().filter(|s| s.writable.is_some()).map(|s| s.name.as_str()).collect();
+        Status::not_found(format!(
+            "no signal {:?} in scenario {:?} (writable: {})",
+            req.name,
+            live.plan.name,
+            list(&known)
+        ))
+    })?;
+    let Some(w) = &sig.writable else {
+        return Err(Status::permission_denied(format!(
+            "signal {:?} is read-only: the scenario does not declare it writable",
+            sig.name
+        )));
+    };
+    let mut values = Vec::with_capacity(req.values.len());
+    for (i, v) in req.values.iter().enumerate() {
+        use pb::value::Kind;
+        let f = match (w.ty, v.kind) {
+            (ValueType::F64, Some(Kind::F64(x))) => x,
+            (ValueType::I64, Some(Kind::I64(x))) => x as f64,
+            (ValueType::Bool, Some(Kind::Bool(b))) => f64::from(u8::from(b)),
+            (ty, got) => {
+                let got = match got {
+                    Some(Kind::F64(_)) => "f64",
+                    Some(Kind::I64(_)) => "i64",
+                    Some(Kind::Bool(_)) => "bool",
+                    None => "no value",
+                };
+                return Err(Status::invalid_argument(format!(
+                    "signal {:?} takes {} values; value {i} is {got}",
+                    sig.name,
+                    ty.as_str()
+                )));
+            }
+        };
+        // An i64 beyond ±2^53 does not survive the f64 store: refuse rather than round.
+        if w.ty == ValueType::I64
+            && let Some(Kind::I64(x)) = v.kind
+            && (x as f64) as i64 != x
+        {
+            return Err(Status::out_of_range(format!("signal {:?}: value {i} ({x}) is beyond ±2^53", sig.name)));
+        }
+        values.push(f);
+    }
+    w.check(&values, sig.values).map_err(|e| {
+        if values.len() == sig.values as usize {
+            Status::out_of_range(format!("signal {:?}: {e}", sig.name))
+        } else {
+            Status::invalid_argument(format!("signal {:?}: {e}", sig.name))
+        }
+    })?;
+    Ok((sig, values))
+}
+
+fn list(v: &[&str]) -> String {
+    if v.is_empty() { "none".into() } else { v.join(", ") }
+}
+
+/// How long to wait for the reading task: what the client asked for, else ten of its periods + 100 ms.
+pub fn ack_wait(live: &Live, sig: &PlanSignal, asked_ms: u32) -> Duration {
+    if asked_ms > 0 {
+        return Duration::from_millis(asked_ms as u64).min(MAX_ACK_WAIT);
+    }
+    let reader = sig.writable.as_ref().map(|w| w.reader.as_str()).unwrap_or_default();
+    let period = live.plan.tasks.iter().find(|t| t.spec.name == reader).map_or(0, |t| t.spec.period_ns);
+    (Duration::from_nanos(period.saturating_mul(10)) + Duration::from_millis(100)).min(MAX_ACK_WAIT)
+}
+
+/// Publishes `values` and waits (asynchronously: the real-time side never waits for us) until the
+/// reading task acknowledges that sequence number. The caller serialises writes.
+pub async fn write_and_confirm(
+    live: &Live,
+    sig: &PlanSignal,
+    values: &[f64],
+    wait: Duration,
+) -> Result<pb::WriteAck, Status> {
+    let reader = sig.writable.as_ref().map(|w| w.reader.clone()).unwrap_or_default();
+    if live.finished() || live.window().is_some_and(|(_, end)| mono_ns() >= end) {
+        return Err(Status::failed_precondition(format!(
+            "the run has ended: task {reader:?} no longer reads {:?}",
+            sig.name
+        )));
+    }
+    let region = live.region().map_err(Status::internal)?;
+    let view = region.signal(&sig.name).map_err(|e| Status::internal(format!("signal {:?}: {e}", sig.name)))?;
+    let ack_n = ack_name(&sig.name);
+    let ack = region.signal(&ack_n).map_err(|e| Status::internal(format!("signal {ack_n:?}: {e}")))?;
+    let t0 = mono_ns();
+    let seq = publish(&view, values).map_err(Status::internal)?;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match read_ack(&ack) {
+            Ok(Some((s, seen))) if s == seq => {
+                if seen.len() != values.len() || seen.iter().zip(values).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                    return Err(Status::data_loss(format!(
+                        "signal {:?}: task {reader:?} saw {seen:?} for write {seq}, not the {values:?} written",
+                        sig.name
+                    )));
+                }
+                return Ok(pb::WriteAck {
+                    name: sig.name.clone(),
+                    seq,
+                    seen,
+                    task: reader,
+                    ack_ns: mono_ns().saturating_sub(t0),
+                });
+            }
+            Ok(Some((s, _))) if s > seq => {
+                return Err(Status::aborted(format!(
+                    "signal {:?}: overwritten (value {s}) before task {reader:?} saw write {seq}",
+                    sig.name
+                )));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(Status::data_loss(format!("signal {:?}: {e}", sig.name))),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Status::deadline_exceeded(format!(
+                "signal {:?}: value written (seq {seq}) but task {reader:?} did not acknowledge it within {} ms; \
+                 is it running? (rtcell ctl status)",
+                sig.name,
+                wait.as_millis()
+            )));
+        }
+        tokio::time::sleep(ACK_POLL).await;
+    }
+}

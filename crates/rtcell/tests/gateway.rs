@@ -1,0 +1,785 @@
+//! The gateway end to end: `rtcell serve` and `rtcell run --serve` answered over the Unix socket, over
+//! TCP with a bearer token and with mutual TLS; refusals with their precise gRPC status; writes
+//! acknowledged by the task that reads them; metrics that a Prometheus parser reads; payload deploys;
+//! bad input that never disturbs the running cells.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rtcell_gateway::client::{Connect, connect};
+use rtcell_gateway::listen::Addr;
+use rtcell_gateway::pb;
+use tonic::Code;
+
+/// A scenario with writable signals of each type, read by a cell task and by a Linux-side task.
+const SCENARIO: &str = r#"
+name = "gw"
+duration_s = 60
+
+[cells.plc]
+kind = "thread"
+cpu = 1
+
+[signals.out]
+values = 1
+
+[signals."op.limit"]
+values = 1
+writable = true
+min = 0.0
+max = 100.0
+
+[signals."op.enable"]
+values = 1
+writable = true
+type = "bool"
+
+[signals."op.count"]
+values = 2
+writable = true
+type = "i64"
+min = -10
+max = 10
+
+[tasks.high]
+cell = "plc"
+period_us = 1000
+priority = 80
+workload = { kind = "spin", us = 5 }
+output = "out"
+params = ["op.limit", "op.enable"]
+
+[tasks.side]
+cell = "linux"
+period_us = 2000
+priority = 70
+workload = { kind = "spin", us = 5 }
+params = ["op.count"]
+"#;
+
+/// A gateway process; killed (and waited for) on drop.
+struct Served {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    dir: tempfile::TempDir,
+}
+
+impl Served {
+    /// Starts `rtcell ARGS` and waits until it announced `want` listeners.
+    fn start(args: &[String], want: usize, dir: tempfile::TempDir) -> Served {
+        let mut child =
+            common::rtcell().args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("rtcell starts");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let err = child.stderr.take().unwrap();
+        let l2 = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                l2.lock().unwrap().push(line);
+            }
+        });
+        let mut s = Served { child, lines, dir };
+        let t0 = Instant::now();
+        while s.announced().len() < want {
+            if let Ok(Some(st)) = s.child.try_wait() {
+                std::thread::sleep(Duration::from_millis(100));
+                panic!("rtcell exited ({st}) before serving:\n{}", s.log());
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "no gateway after 60 s:\n{}", s.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    fn log(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    /// The listeners it announced (gRPC addresses and the metrics URL).
+    fn announced(&self) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| {
+                l.strip_prefix("gateway: gRPC on ").or_else(|| l.strip_prefix("gateway: Prometheus metrics on "))
+            })
+            .map(String::from)
+            .collect()
+    }
+
+    fn grpc(&self, scheme: &str) -> Addr {
+        let a = self.announced().into_iter().find(|a| a.starts_with(scheme)).expect("announced");
+        Addr::parse(&a).unwrap()
+    }
+
+    fn metrics_url(&self) -> String {
+        self.announced().into_iter().find(|a| a.starts_with("http://")).expect("metrics announced")
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // SAFETY: sending SIGTERM to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn unix(addr: &Addr) -> Connect {
+    Connect { addr: addr.clone(), token: None, tls: None, timeout: Duration::from_secs(5) }
+}
+
+/// `rtcell serve` on a socket in a fresh private directory, metrics on a free port.
+fn serve(extra: &[&str]) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(dir.path().join("gw.toml"), SCENARIO).unwrap();
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--listen".into(),
+        format!("unix:{}", dir.path().join("sock/gw.sock").display()),
+        "--state-dir".into(),
+        dir.path().join("state").display().to_string(),
+        "--out-root".into(),
+        dir.path().join("out").display().to_string(),
+        "--metrics".into(),
+        "127.0.0.1:0".into(),
+        "--audit-log".into(),
+        dir.path().join("audit.log").display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let want = 2 + extra.iter().filter(|a| a.starts_with("tcp://")).count();
+    Served::start(&args, want, dir)
+}
+
+async fn start_and_wait(c: &mut rtcell_gateway::client::Client, path: &Path) -> pb::RunInfo {
+    c.start_scenario(pb::StartScenarioRequest {
+        path: path.display().to_string(),
+        duration: "60s".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("scenario starts");
+    let t0 = Instant::now();
+    loop {
+        let st = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
+        let run = st.run.unwrap();
+        if run.state == "running" && run.elapsed_s > 0.2 {
+            return run;
+        }
+        assert!(run.state == "starting" || run.state == "running", "run did not start: {run:?}");
+        assert!(t0.elapsed() < Duration::from_secs(30), "run not running after 30 s: {run:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn f64v(x: f64) -> pb::Value {
+    pb::Value { kind: Some(pb::value::Kind::F64(x)) }
+}
+fn i64v(x: i64) -> pb::Value {
+    pb::Value { kind: Some(pb::value::Kind::I64(x)) }
+}
+fn boolv(x: bool) -> pb::Value {
+    pb::Value { kind: Some(pb::value::Kind::Bool(x)) }
+}
+
+async fn write(
+    c: &mut rtcell_gateway::client::Client,
+    name: &str,
+    values: Vec<pb::Value>,
+) -> Result<pb::WriteAck, tonic::Status> {
+    c.write_signal(pb::WriteSignalRequest { name: name.into(), values, timeout_ms: 0 }).await.map(|r| r.into_inner())
+}
+
+#[test]
+fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
+    let _g = common::serial();
+    let s = serve(&[]);
+    // The socket is 0600 in a 0700 directory.
+    let sock = s.path("sock/gw.sock");
+    assert_eq!(std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(s.path("sock")).unwrap().permissions().mode() & 0o777, 0o700);
+    let addr = s.grpc("unix:");
+    rt().block_on(async {
+        let mut c = connect(&unix(&addr)).await.expect("connects");
+        // Nothing runs yet: statistics are empty, results say so.
+        let st = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
+        assert!(st.run.is_none());
+        assert_eq!(c.get_results(pb::GetResultsRequest::default()).await.unwrap_err().code(), Code::NotFound);
+        // A scenario that does not validate is refused with its problems.
+        let bad = s.path("bad.toml");
+        std::fs::write(&bad, "name = \"x\"\nduration_s = 0\n").unwrap();
+        let e = c
+            .start_scenario(pb::StartScenarioRequest { path: bad.display().to_string(), ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("nothing was started"), "{e:?}");
+
+        let run = start_and_wait(&mut c, &s.path("gw.toml")).await;
+        // A second start while one runs is refused.
+        let e = c
+            .start_scenario(pb::StartScenarioRequest {
+                path: s.path("gw.toml").display().to_string(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+
+        let st = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
+        assert_eq!(st.cells.len(), 1);
+        assert_eq!(st.cells[0].name, "plc");
+        assert_eq!(st.tasks.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["high", "side"]);
+        let limit = st.signals.iter().find(|x| x.name == "op.limit").unwrap();
+        assert!(limit.writable && limit.reader == "high" && limit.max == Some(100.0));
+        assert!(!st.signals.iter().find(|x| x.name == "out").unwrap().writable);
+
+        // Statistics move.
+        let a = c.get_stats(pb::GetStatsRequest { buckets: true }).await.unwrap().into_inner();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let b = c.get_stats(pb::GetStatsRequest { buckets: false }).await.unwrap().into_inner();
+        let high = |s: &pb::Stats| s.tasks.iter().find(|t| t.name == "high").unwrap().clone();
+        assert!(high(&b).cycles > high(&a).cycles, "cycles do not move: {:?} {:?}", high(&a), high(&b));
+        let lat = high(&a).latency.unwrap();
+        // Read while the task records: the buckets may hold a sample or two more than the count read first.
+        let in_buckets = lat.buckets.iter().sum::<u64>() + lat.overflow;
+        assert!(!lat.buckets.is_empty() && in_buckets.abs_diff(lat.count) <= 2, "{lat:?}");
+        assert!(high(&b).latency.unwrap().buckets.is_empty(), "buckets only when asked for");
+
+        // A stream at 20 Hz, 3 snapshots, then it ends.
+        let mut stream = c
+            .stream_stats(pb::StreamStatsRequest { rate_hz: 20.0, count: 3, buckets: false })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut n = 0;
+        while let Some(x) = stream.message().await.unwrap() {
+            assert_eq!(x.run_id, run.run_id);
+            n += 1;
+        }
+        assert_eq!(n, 3);
+        let e = c.stream_stats(pb::StreamStatsRequest { rate_hz: 1000.0, ..Default::default() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        // A client that leaves mid-stream changes nothing.
+        let mut stream = c
+            .stream_stats(pb::StreamStatsRequest { rate_hz: 50.0, count: 0, buckets: true })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(stream.message().await.unwrap().is_some());
+        drop(stream);
+
+        // Writes: acknowledged with what the task saw, of every type.
+        let ack = write(&mut c, "op.limit", vec![f64v(42.5)]).await.unwrap();
+        assert_eq!((ack.seen.clone(), ack.task.as_str()), (vec![42.5], "high"));
+        let ack2 = write(&mut c, "op.limit", vec![f64v(7.25)]).await.unwrap();
+        assert!(ack2.seq > ack.seq);
+        assert_eq!(write(&mut c, "op.enable", vec![boolv(true)]).await.unwrap().seen, vec![1.0]);
+        let ack = write(&mut c, "op.count", vec![i64v(-3), i64v(10)]).await.unwrap();
+        assert_eq!((ack.seen, ack.task.as_str()), (vec![-3.0, 10.0], "side"));
+        let r = c.read_signal(pb::ReadSignalRequest { name: "op.limit".into() }).await.unwrap().into_inner();
+        assert_eq!((r.values, r.seq), (vec![7.25], ack2.seq));
+
+        // Refusals, each with its status; none reaches the cell.
+        let cases: Vec<(&str, Vec<pb::Value>, Code)> = vec![
+            ("op.limit", vec![f64v(100.5)], Code::OutOfRange),
+            ("op.limit", vec![f64v(-0.1)], Code::OutOfRange),
+            ("op.limit", vec![f64v(f64::NAN)], Code::OutOfRange),
+            ("op.limit", vec![i64v(5)], Code::InvalidArgument),
+            ("op.limit", vec![pb::Value { kind: None }], Code::InvalidArgument),
+            ("op.limit", vec![f64v(1.0), f64v(2.0)], Code::InvalidArgument),
+            ("op.limit", vec![], Code::InvalidArgument),
+            ("op.enable", vec![f64v(1.0)], Code::InvalidArgument),
+            ("op.count", vec![i64v(11), i64v(0)], Code::OutOfRange),
+            ("op.count", vec![i64v(i64::MAX), i64v(0)], Code::OutOfRange),
+            ("out", vec![f64v(1.0)], Code::PermissionDenied),
+            ("nope", vec![f64v(1.0)], Code::NotFound),
+        ];
+        for (name, vals, code) in cases {
+            let e = write(&mut c, name, vals.clone()).await.unwrap_err();
+            assert_eq!(e.code(), code, "{name} {vals:?}: {e:?}");
+        }
+        let r = c.read_signal(pb::ReadSignalRequest { name: "op.limit".into() }).await.unwrap().into_inner();
+        assert_eq!((r.values, r.seq), (vec![7.25], ack2.seq), "a refused write changed the signal");
+        assert_eq!(
+            c.read_signal(pb::ReadSignalRequest { name: "zzz".into() }).await.unwrap_err().code(),
+            Code::NotFound
+        );
+        // No deploy without a payload.
+        let e = c
+            .deploy_payload(pb::DeployPayloadRequest { elf: b"\x7fELF garbage".to_vec(), cpu: 0, ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+
+        // Metrics, parsed by a Prometheus text-format parser.
+        let text = http_get(&s.metrics_url());
+        let m = parse_metrics(&text);
+        let cycles = value(&m, "rtcell_task_cycles_total", &[("task", "high"), ("cell", "plc")]).expect("cycles");
+        assert!(cycles > 0.0);
+        assert!(value(&m, "rtcell_task_overruns_total", &[("task", "side"), ("cell", "linux")]).is_some());
+        assert!(value(&m, "rtcell_cell_up", &[("cell", "plc")]) == Some(1.0));
+        assert!(
+            value(&m, "rtcell_gateway_signal_writes_total", &[("signal", "op.limit"), ("result", "out_of_range")])
+                >= Some(3.0)
+        );
+        assert!(
+            value(&m, "rtcell_gateway_requests_total", &[("method", "WriteSignal"), ("code", "permission_denied")])
+                >= Some(1.0)
+        );
+        assert!(
+            m.samples.iter().any(|x| x.metric == "rtcell_task_activation_latency_seconds"
+                || x.metric.starts_with("rtcell_task_activation_latency_seconds")),
+            "histogram exported"
+        );
+        let grpc_text = c.get_metrics(pb::GetMetricsRequest {}).await.unwrap().into_inner().text;
+        assert!(grpc_text.contains("rtcell_task_cycles_total{"), "{grpc_text}");
+
+        // Stop: the results document arrives, marked incomplete.
+        c.stop_scenario(pb::StopScenarioRequest::default()).await.unwrap();
+        let t0 = Instant::now();
+        let doc = loop {
+            match c.get_results(pb::GetResultsRequest { run_id: run.run_id.clone() }).await {
+                Ok(d) => break d.into_inner(),
+                Err(e) => {
+                    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+                    assert!(t0.elapsed() < Duration::from_secs(30), "no results 30 s after the stop");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let v: serde_json::Value = serde_json::from_str(&doc.json).unwrap();
+        assert_eq!(v["incomplete"], true);
+        let st = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
+        assert_eq!(st.run.unwrap().state, "stopped");
+        // Writes after the end are refused.
+        assert_eq!(write(&mut c, "op.limit", vec![f64v(1.0)]).await.unwrap_err().code(), Code::FailedPrecondition);
+    });
+    // Every write is in the audit log with who did it.
+    let audit = std::fs::read_to_string(s.path("audit.log")).unwrap();
+    let lines: Vec<serde_json::Value> = audit.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(
+        lines.iter().any(|l| l["action"] == "write"
+            && l["ok"] == true
+            && l["client"].as_str().unwrap().starts_with("unix uid"))
+    );
+    assert!(lines.iter().any(|l| l["action"] == "write" && l["ok"] == false));
+    assert!(lines.iter().any(|l| l["action"] == "start" && l["ok"] == true));
+}
+
+fn http_get(url: &str) -> String {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    write!(s, "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"), "{head}");
+    body.to_string()
+}
+
+fn parse_metrics(text: &str) -> prometheus_parse::Scrape {
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    prometheus_parse::Scrape::parse(lines).expect("the text exposition parses")
+}
+
+fn value(m: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    m.samples.iter().find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))).and_then(
+        |s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => Some(v),
+            _ => None,
+        },
+    )
+}
+
+fn tcp(addr: &Addr, token: Option<&str>, tls: Option<rtcell_gateway::client::ClientTls>) -> Connect {
+    Connect { addr: addr.clone(), token: token.map(String::from), tls, timeout: Duration::from_secs(5) }
+}
+
+#[test]
+fn tcp_needs_a_token_that_is_not_world_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // World-readable: refused, nothing served.
+    let o = common::run(&["serve", "--listen", "tcp://127.0.0.1:0", "--token-file", token.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::text(&o));
+    assert!(common::text(&o).contains("world-readable"), "{}", common::text(&o));
+    // TCP without any authentication: refused.
+    let o = common::run(&["serve", "--listen", "tcp://127.0.0.1:0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::text(&o));
+    assert!(common::text(&o).contains("TCP needs authentication"), "{}", common::text(&o));
+
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let s = serve(&["--listen", "tcp://127.0.0.1:0", "--token-file", token.to_str().unwrap()]);
+    let addr = s.grpc("tcp://");
+    rt().block_on(async {
+        for (t, why) in [(None, "no bearer token"), (Some("0123456789abcdef0123456789abcdeX"), "wrong bearer token")] {
+            let mut c = connect(&tcp(&addr, t, None)).await.unwrap();
+            let e = c.get_status(pb::GetStatusRequest {}).await.unwrap_err();
+            assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+            assert!(e.message().contains(why), "{e:?}");
+        }
+        let mut c = connect(&tcp(&addr, Some("0123456789abcdef0123456789abcdef"), None)).await.unwrap();
+        c.get_status(pb::GetStatusRequest {}).await.expect("the right token is let in");
+        // The refusals were counted.
+        let text = c.get_metrics(pb::GetMetricsRequest {}).await.unwrap().into_inner().text;
+        let m = parse_metrics(&text);
+        assert!(
+            value(&m, "rtcell_gateway_requests_total", &[("method", "GetStatus"), ("code", "unauthenticated")])
+                >= Some(2.0),
+            "{text}"
+        );
+    });
+}
+
+/// A CA and certificates signed by it, written as PEM files in `dir`.
+struct Pki {
+    ca: PathBuf,
+    server: (PathBuf, PathBuf),
+    client: (PathBuf, PathBuf),
+}
+
+fn pki(dir: &Path, tag: &str) -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, format!("rtcell test CA {tag}"));
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf = |names: Vec<String>, eku: ExtendedKeyUsagePurpose, cn: &str| {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = vec![eku];
+        let cert = p.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let write = |name: &str, text: &str| {
+        let p = dir.join(format!("{tag}-{name}"));
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let (sc, sk) = leaf(vec!["localhost".into(), "127.0.0.1".into()], ExtendedKeyUsagePurpose::ServerAuth, "gateway");
+    let (cc, ck) = leaf(vec!["operator".into()], ExtendedKeyUsagePurpose::ClientAuth, "operator");
+    Pki {
+        ca: write("ca.pem", &ca.pem()),
+        server: (write("server.pem", &sc), write("server.key", &sk)),
+        client: (write("client.pem", &cc), write("client.key", &ck)),
+    }
+}
+
+#[test]
+fn tcp_with_mutual_tls_admits_only_clients_of_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = pki(dir.path(), "good");
+    let other = pki(dir.path(), "other");
+    let p = |x: &PathBuf| x.display().to_string();
+    let s = serve(&[
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--tls-cert",
+        &p(&good.server.0),
+        "--tls-key",
+        &p(&good.server.1),
+        "--tls-client-ca",
+        &p(&good.ca),
+    ]);
+    let addr = s.grpc("tcp://");
+    let tls = |pk: &Pki| rtcell_gateway::client::ClientTls {
+        ca: good.ca.clone(),
+        cert: pk.client.0.clone(),
+        key: pk.client.1.clone(),
+        domain: Some("localhost".into()),
+    };
+    rt().block_on(async {
+        let mut c = connect(&tcp(&addr, None, Some(tls(&good)))).await.expect("a client of the CA connects");
+        c.get_status(pb::GetStatusRequest {}).await.expect("and is answered");
+        // A certificate from another CA: the handshake fails, nothing is answered.
+        let refused = match connect(&tcp(&addr, None, Some(tls(&other)))).await {
+            Err(_) => true,
+            Ok(mut c) => c.get_status(pb::GetStatusRequest {}).await.is_err(),
+        };
+        assert!(refused, "a certificate of another CA was let in");
+        // Plain text on the TLS port: refused.
+        let refused = match connect(&tcp(&addr, None, None)).await {
+            Err(_) => true,
+            Ok(mut c) => c.get_status(pb::GetStatusRequest {}).await.is_err(),
+        };
+        assert!(refused, "a plain-text client was let in");
+    });
+    // The audit log names the certificate of a writer; here, the start of a scenario.
+    rt().block_on(async {
+        let mut c = connect(&tcp(&addr, None, Some(tls(&good)))).await.unwrap();
+        let e = c
+            .start_scenario(pb::StartScenarioRequest { path: "/nonexistent.toml".into(), ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+    });
+    let audit = std::fs::read_to_string(s.path("audit.log")).unwrap();
+    assert!(audit.contains("\"client\":\"tls 127.0.0.1:"), "{audit}");
+    assert!(audit.contains("cert sha256:"), "{audit}");
+}
+
+#[test]
+fn malformed_requests_and_connection_floods_leave_the_run_untouched() {
+    let _g = common::serial();
+    let s = serve(&[]);
+    let addr = s.grpc("unix:");
+    let Addr::Unix(sock) = addr.clone() else { unreachable!() };
+    rt().block_on(async {
+        let mut c = connect(&unix(&addr)).await.unwrap();
+        start_and_wait(&mut c, &s.path("gw.toml")).await;
+        let before = c.get_stats(pb::GetStatsRequest::default()).await.unwrap().into_inner();
+
+        // Garbage bodies for every method: each answered with a status, none crashes the daemon.
+        for method in ["WriteSignal", "GetStats", "StartScenario", "DeployPayload", "ReadSignal", "Nope"] {
+            for body in [vec![0xffu8; 64], vec![0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f], b"\x12\x05abc".to_vec(), vec![]] {
+                let code = raw_call(&sock, method, &body).await;
+                assert!(code.is_some(), "{method}: no gRPC status");
+            }
+        }
+        assert_eq!(raw_call(&sock, "Nope", &[]).await, Some(Code::Unimplemented as i32));
+        // A request above the size limit: refused before it is decoded.
+        let big = vec![0u8; rtcell_gateway::server::MAX_REQUEST_BYTES + 1024];
+        let code = raw_call(&sock, "DeployPayload", &big).await;
+        assert_eq!(code, Some(Code::OutOfRange as i32));
+
+        // A flood of connections: those above the cap are closed at once, and the gateway answers again
+        // as soon as they go.
+        let flood: Vec<std::os::unix::net::UnixStream> = (0..rtcell_gateway::server::MAX_CONNECTIONS + 40)
+            .filter_map(|_| std::os::unix::net::UnixStream::connect(&sock).ok())
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(flood);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut c = connect(&unix(&addr)).await.expect("connects after the flood");
+        let after = c.get_stats(pb::GetStatsRequest::default()).await.unwrap().into_inner();
+        let text = c.get_metrics(pb::GetMetricsRequest {}).await.unwrap().into_inner().text;
+        let m = parse_metrics(&text);
+        assert!(value(&m, "rtcell_gateway_connections_refused_total", &[]) >= Some(1.0), "{text}");
+        // The cell and its tasks went on.
+        let cyc = |s: &pb::Stats| s.tasks.iter().find(|t| t.name == "high").unwrap().cycles;
+        assert!(cyc(&after) > cyc(&before));
+        assert!(after.tasks.iter().all(|t| t.state == "running"), "{:?}", after.tasks);
+        assert!(after.cells.iter().all(|c| !c.finished), "{:?}", after.cells);
+    });
+}
+
+/// One gRPC call with `body` as the message bytes, straight over HTTP/2; returns its grpc-status.
+async fn raw_call(sock: &Path, method: &str, body: &[u8]) -> Option<i32> {
+    use http_body_util::BodyExt;
+    let io = tokio::net::UnixStream::connect(sock).await.ok()?;
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(io))
+            .await
+            .ok()?;
+    tokio::spawn(conn);
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    framed.extend_from_slice(body);
+    let req = http::Request::post(format!("http://gw/rtcell.v1.Gateway/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(framed)))
+        .ok()?;
+    let resp = send.send_request(req).await.ok()?;
+    let from_headers = resp.headers().get("grpc-status").and_then(|v| v.to_str().ok()?.parse().ok());
+    let collected = resp.into_body().collect().await.ok()?;
+    from_headers.or_else(|| collected.trailers()?.get("grpc-status")?.to_str().ok()?.parse().ok())
+}
+
+/// A tiny C payload built with the payload kit: counts its steps.
+fn tick_payload(dir: &Path) -> PathBuf {
+    let prefix = dir.join("sdk");
+    common::install_sdk(&prefix);
+    let src = dir.join("tick");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("tick.c"), "static volatile unsigned long ticks;\nvoid tick_init(void) { ticks = 0; }\nvoid tick_step(void) { ticks++; }\n").unwrap();
+    let out = dir.join("tick.elf");
+    let o = std::process::Command::new("make")
+        .arg("-s")
+        .arg("-f")
+        .arg(prefix.join("share/rtcell/payload.mk"))
+        .arg(format!("SRC={}", src.display()))
+        .arg("INIT=tick_init")
+        .arg("STEP=tick_step")
+        .arg(format!("OUT={}", out.display()))
+        .output()
+        .expect("make runs");
+    assert!(o.status.success(), "payload build: {}", common::text(&o));
+    out
+}
+
+#[test]
+fn a_payload_is_validated_stored_by_hash_and_deployed_into_a_new_kvm_cell() {
+    if !Path::new("/dev/kvm").exists() && std::env::var("CI").as_deref() != Ok("true") {
+        eprintln!("skipped: no /dev/kvm here (CI=true makes this a failure)");
+        return;
+    }
+    let _g = common::serial();
+    let s = serve(&[]);
+    let elf = tick_payload(s.dir.path());
+    let sock = s.grpc("unix:").to_string();
+    let ctl = |args: &[&str]| {
+        let mut a = vec!["ctl", "--connect", sock.as_str()];
+        a.extend_from_slice(args);
+        common::run(&a)
+    };
+    // Malformed ELFs: refused with what is wrong, nothing started.
+    let junk = s.path("junk.elf");
+    std::fs::write(&junk, b"not an elf at all").unwrap();
+    let o = ctl(&["deploy", junk.to_str().unwrap(), "--cpu", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", common::text(&o));
+    assert!(common::text(&o).contains("invalid_argument: not a payload this cell can run"), "{}", common::text(&o));
+    let mut bytes = std::fs::read(&elf).unwrap();
+    bytes.truncate(200);
+    std::fs::write(&junk, &bytes).unwrap();
+    let o = ctl(&["deploy", junk.to_str().unwrap(), "--cpu", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", common::text(&o));
+    let o = ctl(&["deploy", elf.to_str().unwrap(), "--cpu", "99"]);
+    assert!(common::text(&o).contains("CPU 99 does not exist"), "{}", common::text(&o));
+
+    let o = ctl(&["deploy", elf.to_str().unwrap(), "--cpu", "1", "--name", "tick", "--args", "period_ns=100000"]);
+    let t = common::text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("cell tick on CPU 1: running"), "{t}");
+    let sha = sha256_hex(&std::fs::read(&elf).unwrap());
+    assert!(t.contains(&sha), "stored under its hash: {t}");
+    assert!(s.path(&format!("state/payloads/{sha}.elf")).exists());
+    // The same name again, or the same CPU: refused.
+    let o = ctl(&["deploy", elf.to_str().unwrap(), "--cpu", "1", "--name", "tick"]);
+    assert!(common::text(&o).contains("already_exists"), "{}", common::text(&o));
+    std::thread::sleep(Duration::from_millis(500));
+    let o = ctl(&["stats", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cell = v["cells"].as_array().unwrap().iter().find(|c| c["name"] == "tick").expect("listed").clone();
+    assert_eq!(cell["origin"], "deployed");
+    assert!(cell["handled"].as_u64().unwrap() > 1000, "steps every 100 µs are counted: {cell}");
+    let o = ctl(&["stop-cell", "tick"]);
+    assert!(o.status.success() && common::text(&o).contains("cell tick: stopped"), "{}", common::text(&o));
+    let o = ctl(&["stop-cell", "tick"]);
+    assert!(common::text(&o).contains("not_found"), "{}", common::text(&o));
+    let audit = std::fs::read_to_string(s.path("audit.log")).unwrap();
+    assert!(audit.contains("\"action\":\"deploy\"") && audit.contains(&sha), "{audit}");
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    let o = std::process::Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    use std::io::Write;
+    let mut o = o;
+    o.stdin.take().unwrap().write_all(b).unwrap();
+    let out = o.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
+}
+
+#[test]
+fn run_serve_and_ctl_show_and_steer_a_run_from_the_command_line() {
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let file = dir.path().join("gw.toml");
+    std::fs::write(&file, SCENARIO).unwrap();
+    let sock = dir.path().join("gw.sock");
+    let args: Vec<String> = [
+        "run",
+        file.to_str().unwrap(),
+        "--duration",
+        "4s",
+        "--out",
+        dir.path().join("out").to_str().unwrap(),
+        "--serve",
+        sock.to_str().unwrap(),
+        "--linger",
+        "20s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let s = Served::start(&args, 1, tempfile::tempdir().unwrap());
+    let c = format!("unix:{}", sock.display());
+    let ctl = |a: &[&str]| {
+        let mut v = vec!["ctl", "--connect", c.as_str()];
+        v.extend_from_slice(a);
+        common::run(&v)
+    };
+    // Wait for the release.
+    let t0 = Instant::now();
+    loop {
+        let o = ctl(&["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        if v["run"]["state"] == "running" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{}", common::text(&o));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = ctl(&["set", "op.limit=12.5"]);
+    assert!(o.status.success(), "{}", common::text(&o));
+    assert!(common::text(&o).contains("op.limit = 12.5: seen by task \"high\""), "{}", common::text(&o));
+    let o = ctl(&["set", "op.enable=on"]);
+    assert!(common::text(&o).contains("seen by task"), "{}", common::text(&o));
+    let o = ctl(&["set", "op.enable=maybe"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::text(&o));
+    let o = ctl(&["set", "op.limit=1e9"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(common::text(&o).contains("out_of_range"), "{}", common::text(&o));
+    let o = ctl(&["get", "op.limit"]);
+    assert!(common::text(&o).contains("op.limit = 12.5"), "{}", common::text(&o));
+    let o = ctl(&["stats"]);
+    let t = common::text(&o);
+    assert!(t.contains("high") && t.contains("lat p99.9 µs") && t.contains("one-way"), "{t}");
+    let o = ctl(&["start", file.to_str().unwrap()]);
+    assert!(common::text(&o).contains("serves one run"), "{}", common::text(&o));
+    let o = ctl(&["metrics"]);
+    assert!(common::text(&o).contains("rtcell_task_cycles_total{task=\"high\",cell=\"plc\"}"), "{}", common::text(&o));
+    // After the run: the results, served while it lingers.
+    let t0 = Instant::now();
+    let doc = loop {
+        let o = ctl(&["results"]);
+        if o.status.success() {
+            break serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap();
+        }
+        assert!(common::text(&o).contains("unavailable"), "{}", common::text(&o));
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(doc["incomplete"], false);
+    assert!(dir.path().join("out/results.json").exists());
+    drop(s);
+    assert!(!sock.exists(), "the socket is removed when the gateway ends");
+    let o = ctl(&["status"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(common::text(&o).contains("is a gateway running?"), "{}", common::text(&o));
+}
