@@ -398,7 +398,7 @@ impl Service {
     async fn write(&self, client: &str, r: &pb::WriteSignalRequest) -> Result<pb::WriteAck, Status> {
         self.0.limit.take(client)?;
         let (_, live) = self.0.running()?;
-        let (sig, values) = crate::write::check(&live, r)?;
+        let (sig, values) = crate::write::check(&live.plan, r)?;
         let wait = crate::write::ack_wait(&live, sig, r.timeout_ms);
         // One write at a time: each acknowledgement then answers exactly one write.
         let _one = self.0.writes.lock().await;

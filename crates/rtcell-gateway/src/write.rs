@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rtcell_scenario::Live;
-use rtcell_scenario::plan::{PlanSignal, ValueType};
+use rtcell_scenario::plan::{Plan, PlanSignal, ValueType};
 use rtcell_tasks::params::{ack_name, publish, read_ack};
 use tonic::Status;
 
@@ -17,16 +17,10 @@ pub const MAX_ACK_WAIT: Duration = Duration::from_secs(10);
 const ACK_POLL: Duration = Duration::from_micros(200);
 
 /// The signal and its values as f64, or the precise reason the write is refused.
-pub fn check<'p>(live: &'p Live, req: &pb::WriteSignalRequest) -> Result<(&'p PlanSignal, Vec<f64>), Status> {
-    let sig = live.plan.signals.iter().find(|s| s.name == req.name).ok_or_else(|| {
-        let known: Vec<&str> =
-            live.plan.signals.iter().filter(|s| s.writable.is_some()).map(|s| s.name.as_str()).collect();
-        Status::not_found(format!(
-            "no signal {:?} in scenario {:?} (writable: {})",
-            req.name,
-            live.plan.name,
-            list(&known)
-        ))
+pub fn check<'p>(plan: &'p Plan, req: &pb::WriteSignalRequest) -> Result<(&'p PlanSignal, Vec<f64>), Status> {
+    let sig = plan.signals.iter().find(|s| s.name == req.name).ok_or_else(|| {
+        let known: Vec<&str> = plan.signals.iter().filter(|s| s.writable.is_some()).map(|s| s.name.as_str()).collect();
+        Status::not_found(format!("no signal {:?} in scenario {:?} (writable: {})", req.name, plan.name, list(&known)))
     })?;
     let Some(w) = &sig.writable else {
         return Err(Status::permission_denied(format!(

@@ -11,7 +11,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rtcell_shm::{RegionView, SignalView};
+use rtcell_shm::{RegionView, SignalError, SignalView};
 
 use crate::work::MAX_SIGNAL_VALUES;
 
@@ -42,13 +42,21 @@ impl<'a> ParamReader<'a> {
     }
 
     /// Checks for a new value; when there is one, acknowledges it. Returns whether there was one.
+    ///
+    /// A writer caught mid-update (it may be preempted by this very task on a shared CPU, and cannot
+    /// finish until the task sleeps) is not an error: the value is taken at a later cycle.
     #[inline]
     pub fn poll(&mut self) -> Result<bool, String> {
         if self.signal.seq_word().load(Ordering::Acquire) == self.last_seen {
             return Ok(false);
         }
-        let (len, _) =
-            self.signal.read(&mut self.buf[8..], &mut self.last_seen).map_err(|e| format!("param read: {e:?}"))?;
+        let mut seen = self.last_seen;
+        let len = match self.signal.read(&mut self.buf[8..], &mut seen) {
+            Ok((len, _)) => len,
+            Err(SignalError::Busy) => return Ok(false),
+            Err(e) => return Err(format!("param read: {e:?}")),
+        };
+        self.last_seen = seen;
         self.buf[..8].copy_from_slice(&self.last_seen.to_le_bytes());
         self.ack.write(&self.buf[..8 + len]).map_err(|e| format!("param acknowledgement: {e:?}"))?;
         Ok(true)
@@ -68,7 +76,12 @@ pub fn publish(signal: &SignalView<'_>, values: &[f64]) -> Result<u64, String> {
 pub fn read_ack(ack: &SignalView<'_>) -> Result<Option<(u64, Vec<f64>)>, String> {
     let mut buf = [0u8; 8 + MAX_SIGNAL_VALUES * 8];
     let mut seen = 0u64;
-    let (len, _) = ack.read(&mut buf, &mut seen).map_err(|e| format!("acknowledgement read: {e:?}"))?;
+    let len = match ack.read(&mut buf, &mut seen) {
+        Ok((len, _)) => len,
+        // The task is writing it right now: nothing new to see yet.
+        Err(SignalError::Busy) => return Ok(None),
+        Err(e) => return Err(format!("acknowledgement read: {e:?}")),
+    };
     if seen == 0 {
         return Ok(None);
     }
@@ -119,6 +132,26 @@ mod tests {
         assert!(seq2 > seq);
         assert!(p.poll().unwrap());
         assert_eq!(read_ack(&ack).unwrap(), Some((seq2, vec![3.0, 4.0])));
+    }
+
+    #[test]
+    fn a_writer_caught_mid_update_is_waited_for_not_an_error() {
+        let shm = region();
+        let r = RegionView::attach(shm.words()).unwrap();
+        let mut p = ParamReader::attach(&r, "gain").unwrap();
+        let sig = r.signal("gain").unwrap();
+        let seq = publish(&sig, &[1.0, 2.0]).unwrap();
+        // A writer that stopped half-way: the sequence word is odd.
+        sig.seq_word().store(seq + 1, Ordering::Release);
+        assert!(!p.poll().unwrap(), "nothing taken while the writer is mid-update");
+        sig.seq_word().store(seq, Ordering::Release);
+        assert!(p.poll().unwrap(), "taken once the writer is done");
+        assert_eq!(read_ack(&r.signal("gain.ack").unwrap()).unwrap(), Some((seq, vec![1.0, 2.0])));
+        // The same for the acknowledgement the gateway reads.
+        let ack = r.signal("gain.ack").unwrap();
+        let s = ack.seq_word().load(Ordering::Acquire);
+        ack.seq_word().store(s + 1, Ordering::Release);
+        assert_eq!(read_ack(&ack).unwrap(), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 mod all;
 mod ctl;
 mod gateway;
+mod gateway_bench;
 mod history;
 mod itc;
 mod latency;
@@ -289,6 +290,35 @@ enum Suite {
         #[command(flatten)]
         common: Common,
     },
+    /// Does the gateway disturb the real-time side? A scenario (default examples/offload.toml) runs
+    /// with its gateway through three phases: idle, loaded (statistics reads, signal writes, Prometheus
+    /// scrapes), idle; the task's latency p99.9 and overruns in the loaded phase are compared with the
+    /// noise between the idle ones, and every write's acknowledgement is checked.
+    #[command(
+        after_help = "Examples:\n  rtcell bench gateway\n  rtcell bench gateway --quick\n  rtcell bench gateway --phase 5m --reads 2000"
+    )]
+    Gateway {
+        /// The scenario (it must have the task and the writable signal below).
+        #[arg(long, default_value = "examples/offload.toml")]
+        scenario: PathBuf,
+        /// The task whose activation latency and overruns are judged.
+        #[arg(long, default_value = "master")]
+        task: String,
+        /// The writable signal written during the load.
+        #[arg(long, default_value = "master.trim")]
+        signal: String,
+        /// Length of each phase (default 60s; --quick 5s).
+        #[arg(long)]
+        phase: Option<String>,
+        /// Statistics reads per second during the load.
+        #[arg(long, default_value_t = 1000)]
+        reads: u32,
+        /// Signal writes per second during the load.
+        #[arg(long, default_value_t = 100)]
+        writes: u32,
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 /// A usage error: printed, exit status 2.
@@ -493,6 +523,33 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
                 rtcell_bench::capi::CapiConfig { master_cpu: master, cell_cpu, steps, round_trips, priority: Some(80) };
             ("capi", common, Plan::Capi(cfg))
         }
+        Suite::Gateway { scenario, task, signal, phase, reads, writes, common } => {
+            let phase = match phase {
+                Some(p) => rtcell_scenario::parse_duration(&p).map_err(|e| Usage(format!("--phase {e}")))?,
+                None if common.quick => std::time::Duration::from_secs(5),
+                None => std::time::Duration::from_secs(60),
+            };
+            if phase < std::time::Duration::from_secs(1) {
+                return usage("--phase must be at least 1s");
+            }
+            if !(1..=20_000).contains(&reads) || !(1..=1_000).contains(&writes) {
+                return usage("--reads must be 1 to 20000 per second and --writes 1 to 1000");
+            }
+            if let Err((m, _)) = run::load_plan(&scenario, None, &[]) {
+                return usage(format!("--scenario {}:\n{m}", scenario.display()));
+            }
+            let cfg = gateway_bench::GatewayBenchConfig {
+                scenario,
+                task,
+                signal,
+                phase,
+                reads_per_s: reads,
+                writes_per_s: writes,
+                scrape_every: std::time::Duration::from_secs(1),
+                history: common.history.path.clone(),
+            };
+            ("gateway", common, Plan::Gateway(cfg))
+        }
         Suite::Control { iterations, precision, cell, load, cpu, master_cpu, common } => {
             let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
             let iterations = iterations.unwrap_or(if common.quick {
@@ -584,6 +641,7 @@ fn execute(
             Plan::Latency(cfg) => rtcell_bench::latency::run(&tsc, &cfg),
             Plan::Itc(cfg) => rtcell_bench::itc::run(&tsc, &cfg),
             Plan::Capi(cfg) => rtcell_bench::capi::run(&tsc, &cfg),
+            Plan::Gateway(cfg) => gateway_bench::run(&cfg, out).map_err(rtcell_bench::BenchError::Other),
         };
         if let Some(p) = progress.as_deref_mut() {
             p.done(i);
@@ -676,6 +734,7 @@ enum Plan {
     Latency(rtcell_bench::latency::LatencyConfig),
     Itc(rtcell_bench::itc::ItcConfig),
     Capi(rtcell_bench::capi::CapiConfig),
+    Gateway(gateway_bench::GatewayBenchConfig),
 }
 
 /// The cell kinds of a `--cell` list: names, or `auto` (thread, process, and kvm when usable; a skipped

@@ -506,3 +506,215 @@ fn history_speed_with_10000_runs() {
         );
     }
 }
+
+/// A throw-away PostgreSQL server on a free loopback port, stopped (and its files removed) on drop.
+/// As root it runs as the `postgres` system user (the server refuses root).
+struct PgServer {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl PgServer {
+    /// `None` (with the reason printed) where PostgreSQL is not installed, outside CI; in CI that fails.
+    fn start() -> Option<PgServer> {
+        let mut bins: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|d| {
+                d.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).filter(|b| b.join("initdb").exists()).collect()
+            })
+            .unwrap_or_default();
+        bins.sort_by_key(|b| b.parent().and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok()).unwrap_or(0));
+        let Some(bin) = bins.pop() else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb): scripts/setup installs it"
+            );
+            eprintln!(
+                "skipped: PostgreSQL is not installed here (scripts/setup installs it; CI=true makes this a failure)"
+            );
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // SAFETY: getuid only reads the process's user id.
+        let root = unsafe { libc::getuid() } == 0;
+        // The server itself runs as `postgres` (not through runuser, so that signals reach it directly).
+        let ids = root.then(|| {
+            let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+            let line = passwd
+                .lines()
+                .find(|l| l.starts_with("postgres:"))
+                .expect("a postgres user (Debian's postgresql package makes it)");
+            let f: Vec<&str> = line.split(':').collect();
+            (f[2].parse::<u32>().unwrap(), f[3].parse::<u32>().unwrap())
+        });
+        let as_server = |exe: &str| {
+            use std::os::unix::process::CommandExt;
+            let mut c = std::process::Command::new(bin.join(exe));
+            if let Some((uid, gid)) = ids {
+                c.uid(uid).gid(gid).env("HOME", "/tmp");
+            }
+            c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+            c
+        };
+        if root {
+            let o = std::process::Command::new("chown").arg("postgres").arg(dir.path()).output().unwrap();
+            assert!(o.status.success(), "chown postgres: {}", text(&o));
+        }
+        let data = dir.path().join("data");
+        let o = as_server("initdb")
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "rtcell", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "initdb: {}", text(&o));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = as_server("postgres")
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .arg("-k")
+            .arg(dir.path())
+            // Its log goes to a file: a pipe nobody reads would stall the server once full.
+            .stderr(std::fs::File::create(dir.path().join("server.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let server = PgServer { child, port, _dir: dir };
+        let t0 = Instant::now();
+        while postgres::Client::connect(&server.url("postgres"), postgres::NoTls).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "the PostgreSQL server did not start in 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(server)
+    }
+
+    fn url(&self, db: &str) -> String {
+        format!("postgres://rtcell@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// A new, empty database.
+    fn database(&self, name: &str) -> String {
+        let mut c = postgres::Client::connect(&self.url("postgres"), postgres::NoTls).unwrap();
+        c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        self.url(name)
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        // SIGINT: the server's fast shutdown.
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_fleet_history_in_postgresql_records_lists_finds_and_compares() {
+    let Some(pg) = PgServer::start() else { return };
+    let url = pg.database("fleet");
+    let home = tempfile::tempdir().unwrap();
+    let (a, b) = known_pair();
+    {
+        let mut s = rtcell_report::history::Store::open(Path::new(&url)).unwrap();
+        s.record(&a, None).unwrap();
+        s.record(&b, None).unwrap();
+    }
+    // The command line, as on any machine of the fleet.
+    let o = at(home.path(), &["history", "--history", &url, "--json"]);
+    let v = json(&o);
+    assert_eq!(v["total"], 2, "{}", stdout(&o));
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2);
+    let id_b = v["runs"][0]["id"].as_str().unwrap().to_string();
+    let o = at(home.path(), &["history", "--history", &url, "--document", &id_b[..17]]);
+    assert!(o.status.success(), "{}", text(&o));
+    let stored: Results = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(stored, b, "the stored document comes back whole");
+    let o = at(home.path(), &["compare", "latest~1", "latest", "--history", &url, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let c = json(&o);
+    assert!(c.to_string().contains("worse") && c.to_string().contains("better"), "{c}");
+    // The environment variable names it too.
+    let o = rtcell()
+        .env("RTCELL_HOME", home.path())
+        .env("RTCELL_HISTORY", &url)
+        .args(["history", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(json(&o)["total"], 2);
+    // A run of the CLI records into it.
+    let out = home.path().join("c2c");
+    let o = at(home.path(), &["bench", "c2c", "--samples", "2000", "--out", out.to_str().unwrap(), "--history", &url]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(stdout(&o).contains(&format!("recorded in {url}")), "{}", stdout(&o));
+    assert_eq!(json(&at(home.path(), &["history", "--history", &url, "--json", "--suite", "c2c"]))["total"], 1);
+}
+
+#[test]
+fn machines_recording_at_once_into_a_new_postgresql_history_are_all_kept() {
+    let Some(pg) = PgServer::start() else { return };
+    let url = pg.database("race");
+    let (a, _) = known_pair();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, a) = (url.clone(), a.clone());
+            std::thread::spawn(move || {
+                // Each "machine" opens the fresh database itself: the tables are made once.
+                let mut s = rtcell_report::history::Store::open(Path::new(&url)).unwrap();
+                (0..5).map(|_| s.record(&a, None).unwrap().0).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut ids: Vec<String> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 20, "every run kept, under its own id");
+    let s = rtcell_report::history::Store::open_read(Path::new(&url)).unwrap();
+    assert_eq!(s.count(None).unwrap(), 20);
+}
+
+#[test]
+fn postgresql_databases_that_are_not_our_history_are_refused_untouched() {
+    let Some(pg) = PgServer::start() else { return };
+    let home = tempfile::tempdir().unwrap();
+    // A newer schema of ours.
+    let url = pg.database("newer");
+    rtcell_report::history::Store::open(Path::new(&url)).unwrap();
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    c.batch_execute("UPDATE rtcell_meta SET value = '99' WHERE key = 'schema_version'").unwrap();
+    let o = at(home.path(), &["history", "--history", &url]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("schema version 99, newer than this rtcell reads"), "{}", text(&o));
+    let (a, _) = known_pair();
+    assert!(rtcell_report::history::Store::open(Path::new(&url)).and_then(|mut s| s.record(&a, None)).is_err());
+    let n: i64 = c.query_one("SELECT count(*) FROM rtcell_runs", &[]).unwrap().get(0);
+    assert_eq!(n, 0, "nothing written");
+    // Someone else's table of the same name.
+    let url = pg.database("others");
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    c.batch_execute("CREATE TABLE rtcell_runs (x INT); INSERT INTO rtcell_runs VALUES (7)").unwrap();
+    let out = home.path().join("c2c");
+    let o = at(home.path(), &["bench", "c2c", "--samples", "2000", "--out", out.to_str().unwrap(), "--history", &url]);
+    assert!(o.status.success(), "a history that cannot be written does not fail the run: {}", text(&o));
+    assert!(text(&o).contains("not recorded in the history") && text(&o).contains("left untouched"), "{}", text(&o));
+    let rows: Vec<i32> = c.query("SELECT x FROM rtcell_runs", &[]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(rows, vec![7], "left as it was");
+    // Unreachable, with a password: the password never shows.
+    let o = at(home.path(), &["history", "--history", "postgres://rtcell:hunter2@127.0.0.1:1/x"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("postgres://rtcell:***@127.0.0.1:1/x") && !text(&o).contains("hunter2"), "{}", text(&o));
+    assert!(text(&o).contains("could not connect"), "{}", text(&o));
+    // TLS asked for: refused, not connected in clear.
+    let o = at(home.path(), &["history", "--history", &format!("{}?sslmode=require", pg.url("postgres"))]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("TLS to the database is not supported"), "{}", text(&o));
+}

@@ -16,6 +16,7 @@
 
 pub mod compare;
 pub mod headline;
+pub mod pg;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -30,7 +31,12 @@ pub const DB_FILE: &str = "history.sqlite";
 /// Environment variable naming a directory that holds the history (and overrides the XDG location).
 pub const HOME_ENV: &str = "RTCELL_HOME";
 
-/// The database file to use: `explicit` (from `--history PATH`) if given, else the default location.
+/// Environment variable naming the history (a file or a `postgres://` URL), below `--history` and above
+/// every default.
+pub const HISTORY_ENV: &str = "RTCELL_HISTORY";
+
+/// The history to use: `explicit` (from `--history PATH|URL`) if given, else `$RTCELL_HISTORY`, else the
+/// default file.
 ///
 /// Fails only when no location can be derived at all (no `RTCELL_HOME`, `XDG_DATA_HOME` nor `HOME`).
 pub fn location(explicit: Option<&Path>) -> Result<PathBuf, HistoryError> {
@@ -38,6 +44,9 @@ pub fn location(explicit: Option<&Path>) -> Result<PathBuf, HistoryError> {
         return Ok(p.to_owned());
     }
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(h) = var(HISTORY_ENV) {
+        return Ok(h);
+    }
     if let Some(home) = var(HOME_ENV) {
         return Ok(home.join(DB_FILE));
     }
@@ -235,8 +244,123 @@ pub enum HistoryError {
     #[error("run {id}: its stored results document {why}; the history {} may be damaged", path.display())]
     BadStoredDocument { id: String, why: String, path: PathBuf },
 
+    #[error("history {url}: could not {action}: {}", pg_text(source))]
+    Postgres {
+        /// The URL without its password.
+        url: String,
+        action: &'static str,
+        #[source]
+        source: postgres::Error,
+    },
+
+    #[error(
+        "{url} holds tables named like an rtcell history that are not one ({detail}); they were left \
+         untouched: give another database with --history postgres://..."
+    )]
+    PgForeign { url: String, detail: String },
+
+    #[error("history {url}: {why}")]
+    PgUnsupported { url: String, why: String },
+
     #[error(transparent)]
     Results(#[from] crate::ReportError),
+}
+
+/// A PostgreSQL error with the server's message and the hint that helps most.
+fn pg_text(e: &postgres::Error) -> String {
+    let mut s = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => {
+            let mut t = e.to_string();
+            let mut cur = std::error::Error::source(e);
+            while let Some(c) = cur {
+                t.push_str(": ");
+                t.push_str(&c.to_string());
+                cur = c.source();
+            }
+            t
+        }
+    };
+    if e.as_db_error().is_none() && (s.contains("connect") || s.contains("refused") || s.contains("timed out")) {
+        s.push_str(
+            " (is the server running and reachable, and the URL right? e.g. postgres://rtcell@db.example/rtcell)",
+        );
+    }
+    s
+}
+
+/// An open history: the local SQLite file or a shared PostgreSQL database.
+pub enum Store {
+    Sqlite(History),
+    Postgres(pg::PgHistory),
+}
+
+impl Store {
+    /// Opens `location` (a path or a `postgres://` URL) for recording, creating what is missing.
+    pub fn open(location: &Path) -> Result<Store, HistoryError> {
+        match location.to_str().filter(|l| pg::is_url(l)) {
+            Some(url) => pg::PgHistory::open(url, true).map(Store::Postgres),
+            None => History::open(location).map(Store::Sqlite),
+        }
+    }
+
+    /// Opens `location` for reading; creates nothing.
+    pub fn open_read(location: &Path) -> Result<Store, HistoryError> {
+        match location.to_str().filter(|l| pg::is_url(l)) {
+            Some(url) => pg::PgHistory::open(url, false).map(Store::Postgres),
+            None => History::open_read(location).map(Store::Sqlite),
+        }
+    }
+
+    /// The file, or the URL without its password.
+    pub fn path(&self) -> &Path {
+        match self {
+            Store::Sqlite(h) => h.path(),
+            Store::Postgres(h) => h.shown(),
+        }
+    }
+
+    pub fn record(&mut self, results: &crate::Results, results_path: Option<&Path>) -> Result<RunId, HistoryError> {
+        match self {
+            Store::Sqlite(h) => h.record(results, results_path),
+            Store::Postgres(h) => h.record(results, results_path),
+        }
+    }
+
+    pub fn list(&self, limit: usize, suite: Option<&str>) -> Result<Vec<RunSummary>, HistoryError> {
+        match self {
+            Store::Sqlite(h) => h.list(limit, suite),
+            Store::Postgres(h) => h.list(limit, suite),
+        }
+    }
+
+    pub fn count(&self, suite: Option<&str>) -> Result<u64, HistoryError> {
+        match self {
+            Store::Sqlite(h) => h.count(suite),
+            Store::Postgres(h) => h.count(suite),
+        }
+    }
+
+    pub fn find(&self, given: &str) -> Result<RunSummary, HistoryError> {
+        match self {
+            Store::Sqlite(h) => h.find(given),
+            Store::Postgres(h) => h.find(given),
+        }
+    }
+
+    pub fn figures(&self, given: &str) -> Result<RunFigures, HistoryError> {
+        match self {
+            Store::Sqlite(h) => h.figures(given),
+            Store::Postgres(h) => h.figures(given),
+        }
+    }
+
+    pub fn document_text(&self, given: &str) -> Result<(RunSummary, String), HistoryError> {
+        match self {
+            Store::Sqlite(h) => h.document_text(given),
+            Store::Postgres(h) => h.document_text(given),
+        }
+    }
 }
 
 impl HistoryError {
@@ -253,12 +377,17 @@ impl HistoryError {
             | HistoryError::UnknownRun { .. }
             | HistoryError::AmbiguousRun { .. }
             | HistoryError::NotThatManyRuns { .. }
+            | HistoryError::PgForeign { .. }
+            | HistoryError::PgUnsupported { .. }
             | HistoryError::NoLocation => true,
             HistoryError::Results(r) => {
                 matches!(r, R::NotJson { .. } | R::UnsupportedSchema { .. } | R::Malformed { .. })
                     || matches!(r, R::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
             }
-            HistoryError::Io { .. } | HistoryError::Sqlite { .. } | HistoryError::BadStoredDocument { .. } => false,
+            HistoryError::Io { .. }
+            | HistoryError::Sqlite { .. }
+            | HistoryError::Postgres { .. }
+            | HistoryError::BadStoredDocument { .. } => false,
         }
     }
 }

@@ -28,7 +28,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The first 16 bytes of every SQLite 3 database file.
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// How stored documents are encoded.
-const ENCODING: &str = "zlib";
+pub(super) const ENCODING: &str = "zlib";
 
 const SCHEMA_SQL: &str = "
 CREATE TABLE runs (
@@ -105,7 +105,7 @@ pub struct RunSummary {
     pub git: Option<String>,
     pub headline: Vec<Headline>,
     #[serde(skip)]
-    seq: i64,
+    pub(super) seq: i64,
 }
 
 /// An open history database.
@@ -195,22 +195,8 @@ impl History {
     /// Records a run: its document (stored whole), host, headlines and per-series figures. Returns the
     /// run's new id. `results_path` is where its results.json was written.
     pub fn record(&mut self, results: &Results, results_path: Option<&Path>) -> Result<RunId, HistoryError> {
-        let mut text = results.to_json_pretty()?;
-        text.push('\n');
-        let document = deflate(text.as_bytes()).map_err(|source| HistoryError::Io {
-            action: "compress the results document for",
-            path: self.path.clone(),
-            source,
-        })?;
-        let mut suites: Vec<String> = results.suites.iter().map(|s| s.suite.clone()).collect();
-        let headline = serde_json::to_string(&headlines(&results.suites)).unwrap_or_else(|_| "[]".into());
-        let suites_json = serde_json::to_string(&suites).unwrap_or_else(|_| "[]".into());
-        suites.sort();
-        suites.dedup();
-        // Canonical (sorted, absolute) so the path still means the same file from another directory.
-        let results_path =
-            results_path.map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned()).display().to_string());
-        let recorded_at = crate::doc::rfc3339_utc(std::time::SystemTime::now());
+        let NewRun { document, suites, suites_json, headline, results_path, recorded_at } =
+            NewRun::of(results, results_path, &self.path)?;
         let path = self.path.clone();
         let tx = self
             .conn
@@ -234,7 +220,7 @@ impl History {
                 id.as_str(),
                 results.started_at,
                 recorded_at,
-                hostname(),
+                rtcell_host::facts::hostname(),
                 results.host.cpu_model,
                 results.host.kernel,
                 results.host.hypervisor,
@@ -344,24 +330,11 @@ impl History {
                 // Ids are made of [0-9a-z-], all below '~': [prefix, prefix + "~") is every id it starts.
                 let q = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id >= ?1 AND id < ?2 ORDER BY id LIMIT 6");
                 let mut stmt = self.conn.prepare(&q).map_err(sql(&self.path, "look up the run"))?;
-                let mut found: Vec<RunSummary> = stmt
+                let found: Vec<RunSummary> = stmt
                     .query_map(params![prefix, format!("{prefix}~")], summary_from_row)
                     .and_then(|rows| rows.collect())
                     .map_err(sql(&self.path, "look up the run"))?;
-                if let Some(exact) = found.iter().position(|r| r.id == prefix) {
-                    return Ok(found.swap_remove(exact));
-                }
-                match found.len() {
-                    0 => Err(HistoryError::UnknownRun { given: given.to_owned(), path: self.path.clone() }),
-                    1 => Ok(found.remove(0)),
-                    n => {
-                        let mut candidates: Vec<String> = found.into_iter().take(5).map(|r| r.id).collect();
-                        if n > 5 {
-                            candidates.push("...".into());
-                        }
-                        Err(HistoryError::AmbiguousRun { given: given.to_owned(), candidates })
-                    }
-                }
+                pick(given, &prefix, found, &self.path)
             }
             RunRef::Path(p) => Err(HistoryError::BadRunRef {
                 given: p.display().to_string(),
@@ -406,26 +379,8 @@ impl History {
                 ))
             })
             .map_err(sql(&self.path, "read the run's series"))?;
-        let mut series = Vec::new();
-        for row in rows {
-            let (mut s, labels) = row.map_err(sql(&self.path, "read the run's series"))?;
-            s.labels = serde_json::from_str(&labels).map_err(|e| HistoryError::BadStoredDocument {
-                id: run.id.clone(),
-                why: format!("has series labels that are not a JSON object of strings ({e})"),
-                path: self.path.clone(),
-            })?;
-            series.push(s);
-        }
-        Ok(RunFigures {
-            name: run.id,
-            started_at: run.started_at,
-            hostname: Some(run.hostname),
-            cpu_model: run.cpu_model,
-            hypervisor: run.hypervisor,
-            suites: run.suites,
-            incomplete: run.incomplete,
-            series,
-        })
+        let rows = rows.collect::<Result<Vec<_>, _>>().map_err(sql(&self.path, "read the run's series"))?;
+        run_figures(run, rows, &self.path)
     }
 
     /// The stored results document of a run, as the text of its results.json (byte for byte).
@@ -437,14 +392,7 @@ impl History {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })
             .map_err(sql(&self.path, "read the stored document"))?;
-        let bad = |why: String| HistoryError::BadStoredDocument { id: run.id.clone(), why, path: self.path.clone() };
-        if encoding != ENCODING {
-            return Err(bad(format!("is encoded as {encoding:?}, which this rtcell does not read")));
-        }
-        let text = inflate(&data).map_err(|e| bad(format!("does not decompress ({e})")))?;
-        if schema != SCHEMA_ID {
-            return Err(bad(format!("is schema {schema:?}; this rtcell reads only {SCHEMA_ID:?}")));
-        }
+        let text = decode_document(&run, &schema, &encoding, &data, &self.path)?;
         Ok((run, text))
     }
 
@@ -465,6 +413,111 @@ pub fn figures_of_file(p: &Path) -> Result<RunFigures, HistoryError> {
     let file = if p.is_dir() { p.join(RESULTS_FILE) } else { p.to_owned() };
     let results = Results::load(&file)?;
     Ok(RunFigures::from_results(file.display().to_string(), &results))
+}
+
+/// What recording a run stores besides its rows' ids: the same for every backend.
+pub(super) struct NewRun {
+    /// The results document, deflate-compressed.
+    pub document: Vec<u8>,
+    /// Sorted, without repeats.
+    pub suites: Vec<String>,
+    /// In the document's order, as JSON.
+    pub suites_json: String,
+    pub headline: String,
+    pub results_path: Option<String>,
+    pub recorded_at: String,
+}
+
+impl NewRun {
+    pub fn of(results: &Results, results_path: Option<&Path>, history: &Path) -> Result<NewRun, HistoryError> {
+        let mut text = results.to_json_pretty()?;
+        text.push('\n');
+        let document = deflate(text.as_bytes()).map_err(|source| HistoryError::Io {
+            action: "compress the results document for",
+            path: history.to_owned(),
+            source,
+        })?;
+        let mut suites: Vec<String> = results.suites.iter().map(|s| s.suite.clone()).collect();
+        let headline = serde_json::to_string(&headlines(&results.suites)).unwrap_or_else(|_| "[]".into());
+        let suites_json = serde_json::to_string(&suites).unwrap_or_else(|_| "[]".into());
+        suites.sort();
+        suites.dedup();
+        // Canonical (sorted, absolute) so the path still means the same file from another directory.
+        let results_path =
+            results_path.map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned()).display().to_string());
+        let recorded_at = crate::doc::rfc3339_utc(std::time::SystemTime::now());
+        Ok(NewRun { document, suites, suites_json, headline, results_path, recorded_at })
+    }
+}
+
+/// The run among those whose ids start with `prefix` (at most 6 looked up): the exact id, the only one,
+/// or an error listing the candidates.
+pub(super) fn pick(
+    given: &str,
+    prefix: &str,
+    mut found: Vec<RunSummary>,
+    history: &Path,
+) -> Result<RunSummary, HistoryError> {
+    if let Some(exact) = found.iter().position(|r| r.id == prefix) {
+        return Ok(found.swap_remove(exact));
+    }
+    match found.len() {
+        0 => Err(HistoryError::UnknownRun { given: given.to_owned(), path: history.to_owned() }),
+        1 => Ok(found.remove(0)),
+        n => {
+            let mut candidates: Vec<String> = found.into_iter().take(5).map(|r| r.id).collect();
+            if n > 5 {
+                candidates.push("...".into());
+            }
+            Err(HistoryError::AmbiguousRun { given: given.to_owned(), candidates })
+        }
+    }
+}
+
+/// A run's figures from its stored series rows (figures, labels as JSON).
+pub(super) fn run_figures(
+    run: RunSummary,
+    rows: Vec<(SeriesFigures, String)>,
+    history: &Path,
+) -> Result<RunFigures, HistoryError> {
+    let mut series = Vec::new();
+    for (mut s, labels) in rows {
+        s.labels = serde_json::from_str(&labels).map_err(|e| HistoryError::BadStoredDocument {
+            id: run.id.clone(),
+            why: format!("has series labels that are not a JSON object of strings ({e})"),
+            path: history.to_owned(),
+        })?;
+        series.push(s);
+    }
+    Ok(RunFigures {
+        name: run.id,
+        started_at: run.started_at,
+        hostname: Some(run.hostname),
+        cpu_model: run.cpu_model,
+        hypervisor: run.hypervisor,
+        suites: run.suites,
+        incomplete: run.incomplete,
+        series,
+    })
+}
+
+/// The text of a stored document, checked: our encoding, our schema.
+pub(super) fn decode_document(
+    run: &RunSummary,
+    schema: &str,
+    encoding: &str,
+    data: &[u8],
+    history: &Path,
+) -> Result<String, HistoryError> {
+    let bad = |why: String| HistoryError::BadStoredDocument { id: run.id.clone(), why, path: history.to_owned() };
+    if encoding != ENCODING {
+        return Err(bad(format!("is encoded as {encoding:?}, which this rtcell does not read")));
+    }
+    let text = inflate(data).map_err(|e| bad(format!("does not decompress ({e})")))?;
+    if schema != SCHEMA_ID {
+        return Err(bad(format!("is schema {schema:?}; this rtcell reads only {SCHEMA_ID:?}")));
+    }
+    Ok(text)
 }
 
 fn summary_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
@@ -576,15 +629,6 @@ fn sql(path: &Path, action: &'static str) -> impl FnOnce(rusqlite::Error) -> His
 
 fn sat_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// This machine's host name; "unknown" where the kernel does not say.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 fn deflate(bytes: &[u8]) -> std::io::Result<Vec<u8>> {

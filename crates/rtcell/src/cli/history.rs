@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use rtcell_report::Results;
-use rtcell_report::history::{self, History, HistoryError, RunRef, RunSummary, compare::compare};
+use rtcell_report::history::{self, HistoryError, RunRef, RunSummary, Store, compare::compare};
 use rtcell_report::table::Table;
 
 use super::EXIT_USAGE;
@@ -22,9 +22,13 @@ The headline of each suite is a median: loopback, the thread cell's 0 B ring rou
 execution time in a thread cell (else local); c2c, the round trip; scenario, the first task's activation \
 latency; any other suite, its first timing series (round trip, one way, latency, exec time).
 
-The history is --history PATH if given, else $RTCELL_HOME/history.sqlite, else \
+The history is --history PATH if given, else $RTCELL_HISTORY, else $RTCELL_HOME/history.sqlite, else \
 $XDG_DATA_HOME/rtcell/history.sqlite, else ~/.local/share/rtcell/history.sqlite. Every `rtcell bench` and \
-`rtcell run` records its run there.";
+`rtcell run` records its run there.
+
+A fleet can share one history in PostgreSQL: --history postgres://rtcell@db.example/rtcell (or \
+RTCELL_HISTORY=postgres://...) on every machine; the tables (rtcell_runs, rtcell_series, ...) are created \
+on first use. TLS to the database is not supported yet (sslmode=require is refused).";
 
 pub const COMPARE_HELP: &str = "Examples:
   rtcell compare latest~1 latest
@@ -47,9 +51,10 @@ results document or not a history; 1 the history could not be read.";
 /// Where the history is: shared by every command that reads or records it.
 #[derive(Args, Clone, Debug, Default)]
 pub struct HistoryDb {
-    /// The run history, an SQLite file (default: $RTCELL_HOME/history.sqlite, else
+    /// The run history: an SQLite file, or a shared PostgreSQL database (postgres://USER@HOST/DB)
+    /// (default: $RTCELL_HISTORY, else $RTCELL_HOME/history.sqlite, else
     /// $XDG_DATA_HOME/rtcell/history.sqlite, else ~/.local/share/rtcell/history.sqlite).
-    #[arg(long = "history", value_name = "PATH")]
+    #[arg(long = "history", value_name = "PATH|URL")]
     pub path: Option<PathBuf>,
 }
 
@@ -94,8 +99,10 @@ fn fail(e: &HistoryError) -> i32 {
 /// cannot be written is a warning.
 pub fn record(db: Option<&Path>, results: &Results, results_path: &Path) {
     let recorded = history::location(db).and_then(|path| {
-        let id = History::open(&path)?.record(results, Some(results_path))?;
-        Ok((id, path))
+        let mut store = Store::open(&path)?;
+        let id = store.record(results, Some(results_path))?;
+        // The store's own name for itself: a URL's password is not shown.
+        Ok((id, store.path().to_owned()))
     });
     match recorded {
         Ok((id, path)) => println!("history: run {id} recorded in {}", path.display()),
@@ -109,7 +116,7 @@ pub fn history_main(args: HistoryArgs) -> i32 {
         eprintln!("error: --limit 0 shows nothing: give at least 1 (default 20)");
         return EXIT_USAGE;
     }
-    let opened = history::location(args.db.path.as_deref()).and_then(|p| History::open_read(&p));
+    let opened = history::location(args.db.path.as_deref()).and_then(|p| Store::open_read(&p));
     let h = match opened {
         Ok(h) => h,
         Err(e) => return fail(&e),
@@ -186,7 +193,7 @@ pub fn compare_main(args: CompareArgs) -> i32 {
         history::figures_of_file(pa).and_then(|a| Ok((a, history::figures_of_file(pb)?)))
     } else {
         history::location(args.db.path.as_deref())
-            .and_then(|p| History::open_read(&p))
+            .and_then(|p| Store::open_read(&p))
             .and_then(|h| Ok((h.figures(&args.run_a)?, h.figures(&args.run_b)?)))
     };
     let (a, b) = match pair {
