@@ -858,7 +858,7 @@ fn writes_beyond_the_per_client_rate_are_refused() {
             codes.push(write(&mut c, "op.limit", vec![f64v(1.0)]).await.unwrap_err().code());
         }
         // The first three pass the limit (and find no run); the rest are refused by it.
-        assert_eq!(&codes[..3], &[Code::Unavailable; 3], "{codes:?}");
+        assert_eq!(&codes[..3], &[Code::NotFound; 3], "{codes:?}");
         assert!(codes[3..].iter().all(|c| *c == Code::ResourceExhausted), "{codes:?}");
         // Reads are not limited.
         for _ in 0..20 {
