@@ -4,6 +4,7 @@
 pub mod c2c;
 pub mod capi;
 pub mod control;
+pub mod ethercat;
 pub mod itc;
 pub mod latency;
 pub mod loads;

@@ -290,6 +290,35 @@ enum Suite {
         #[command(flatten)]
         common: Common,
     },
+    /// Seeds 003 and 004: an EtherCAT master (ethercrab) on a simulated segment over a veth pair: its
+    /// process-data round trip against a raw-socket ping-pong on the same path, the master task's
+    /// activation jitter and cycle at each rate with frames sent, received and lost, and the highest
+    /// cycle rate sustained back to back. Needs root (veth pair, raw sockets).
+    #[command(
+        after_help = "Examples:\n  rtcell bench ethercat\n  rtcell bench ethercat --quick\n  rtcell bench ethercat --rates 20000 --duration 60s --devices 4"
+    )]
+    Ethercat {
+        /// Simulated SubDevices on the segment.
+        #[arg(long, default_value_t = 3)]
+        devices: u16,
+        /// Round trips timed for the floor and for the master (default 10,000; --quick 1,000).
+        #[arg(long)]
+        samples: Option<usize>,
+        /// Cycle rates of the master task, Hz.
+        #[arg(long, value_delimiter = ',', default_value = "1000,20000")]
+        rates: Vec<u32>,
+        /// How long the master task runs at each rate (default 10s; --quick 2s).
+        #[arg(long)]
+        duration: Option<String>,
+        /// The master's CPU (default: the last online CPU).
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// The simulator's CPU (default: the first online CPU that is not the master's).
+        #[arg(long)]
+        master_cpu: Option<usize>,
+        #[command(flatten)]
+        common: Common,
+    },
     /// Does the gateway disturb the real-time side? A scenario (default examples/offload.toml) runs
     /// with its gateway through three phases: idle, loaded (statistics reads, signal writes, Prometheus
     /// scrapes), idle; the task's latency p99.9 and overruns in the loaded phase are compared with the
@@ -523,6 +552,37 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
                 rtcell_bench::capi::CapiConfig { master_cpu: master, cell_cpu, steps, round_trips, priority: Some(80) };
             ("capi", common, Plan::Capi(cfg))
         }
+        Suite::Ethercat { devices, samples, rates, duration, cpu, master_cpu, common } => {
+            let (sim_cpu, cell_cpu) = pick_cpus(master_cpu, cpu)?;
+            let samples = samples.unwrap_or(if common.quick { 1_000 } else { 10_000 });
+            let duration = match duration {
+                Some(d) => rtcell_scenario::parse_duration(&d).map_err(|e| Usage(format!("--duration {e}")))?,
+                None if common.quick => std::time::Duration::from_secs(2),
+                None => std::time::Duration::from_secs(10),
+            };
+            if !(1..=rtcell_ecat::master::MAX_DEVICES as u16).contains(&devices) {
+                return usage(format!("--devices must be 1 to {}", rtcell_ecat::master::MAX_DEVICES));
+            }
+            if samples == 0 || rates.is_empty() || rates.iter().any(|r| !(1..=100_000).contains(r)) {
+                return usage("--samples must be at least 1 and every --rates value 1 to 100000 Hz");
+            }
+            // SAFETY: getuid only reads the process's user id.
+            if unsafe { libc::getuid() } != 0 {
+                return usage("bench ethercat creates a veth pair and opens raw sockets: run it as root");
+            }
+            let cfg = rtcell_bench::ethercat::EthercatConfig {
+                devices,
+                samples,
+                rates,
+                duration,
+                max_rate_for: std::time::Duration::from_secs(if common.quick { 1 } else { 3 }),
+                cell_cpu,
+                master_cpu: sim_cpu,
+                priority: 80,
+                frame_timeout: std::time::Duration::from_millis(10),
+            };
+            ("ethercat", common, Plan::Ethercat(cfg))
+        }
         Suite::Gateway { scenario, task, signal, phase, reads, writes, common } => {
             let phase = match phase {
                 Some(p) => rtcell_scenario::parse_duration(&p).map_err(|e| Usage(format!("--phase {e}")))?,
@@ -642,6 +702,7 @@ fn execute(
             Plan::Itc(cfg) => rtcell_bench::itc::run(&tsc, &cfg),
             Plan::Capi(cfg) => rtcell_bench::capi::run(&tsc, &cfg),
             Plan::Gateway(cfg) => gateway_bench::run(&cfg, out).map_err(rtcell_bench::BenchError::Other),
+            Plan::Ethercat(cfg) => rtcell_bench::ethercat::run(&tsc, &cfg),
         };
         if let Some(p) = progress.as_deref_mut() {
             p.done(i);
@@ -735,6 +796,7 @@ enum Plan {
     Itc(rtcell_bench::itc::ItcConfig),
     Capi(rtcell_bench::capi::CapiConfig),
     Gateway(gateway_bench::GatewayBenchConfig),
+    Ethercat(rtcell_bench::ethercat::EthercatConfig),
 }
 
 /// The cell kinds of a `--cell` list: names, or `auto` (thread, process, and kvm when usable; a skipped

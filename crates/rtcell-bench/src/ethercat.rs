@@ -1,0 +1,379 @@
+//! The fieldbus benchmarks (seeds 003 and 004) on a simulated segment: the master's process-data round
+//! trip against the floor of the same path (a raw-socket ping-pong through the same veth pair and the
+//! same simulator), the master task's cycle and jitter at 1 kHz and at 20 kHz with frames sent and lost,
+//! and the highest cycle rate sustained back to back.
+//!
+//! The simulator answers on the Linux side (`master_cpu`); the master runs on the cell CPU at SCHED_FIFO.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rtcell_ecat::frame::{Command, build};
+use rtcell_ecat::master::Master;
+use rtcell_ecat::net::{RawSocket, Veth};
+use rtcell_host::sched::{RtRequest, apply_rt};
+use rtcell_host::tsc::{TscClock, rdtsc_ordered};
+use rtcell_report::table::{Table, fmt_us};
+use rtcell_report::{Kind, Series, Suite, Unit, labels};
+
+use crate::{BenchError, SuiteRun, stop_requested};
+
+#[derive(Debug, Clone)]
+pub struct EthercatConfig {
+    /// Simulated SubDevices on the segment.
+    pub devices: u16,
+    /// Round trips timed for the ping-pong floor and the master (seed 004 used 1,000).
+    pub samples: usize,
+    /// Cycle rates of the periodic master task (Hz).
+    pub rates: Vec<u32>,
+    /// How long each rate runs.
+    pub duration: Duration,
+    /// How long the back-to-back run lasts.
+    pub max_rate_for: Duration,
+    pub cell_cpu: usize,
+    pub master_cpu: usize,
+    pub priority: i32,
+    /// How long an exchange may take before its frame counts as lost.
+    pub frame_timeout: Duration,
+}
+
+/// What one periodic run measured.
+struct Periodic {
+    rate: u32,
+    activation_ns: Vec<f64>,
+    cycle_ns: Vec<f64>,
+    sent: u64,
+    received: u64,
+    lost: u64,
+    overruns: u64,
+    steal_ms: f64,
+}
+
+fn tx(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Other(e.to_string())
+}
+
+/// Interface names of this run (short: at most 15 characters with the suffix).
+fn veth_name() -> String {
+    format!("rtcb{}", std::process::id() % 100_000)
+}
+
+pub fn run(tsc: &TscClock, cfg: &EthercatConfig) -> Result<SuiteRun, BenchError> {
+    crate::progress!("ethercat: simulated segment of {} device(s) on a veth pair ...", cfg.devices);
+    let veth =
+        Veth::create(&veth_name(), false).map_err(|e| tx(format!("veth pair: {e} (needs root and iproute2)")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sim = {
+        let (stop, seg_if, devices, cpu) = (Arc::clone(&stop), veth.segment.clone(), cfg.devices, cfg.master_cpu);
+        std::thread::Builder::new()
+            .name("ecat-sim".into())
+            .spawn(move || {
+                let _ = rtcell_host::cpu::pin_current_thread(cpu);
+                let sock = RawSocket::open(&seg_if)?;
+                rtcell_ecat::sim::serve(&sock, devices, &stop, None)
+            })
+            .map_err(tx)?
+    };
+    let result = measure(tsc, cfg, &veth);
+    stop.store(true, Ordering::Relaxed);
+    let counters = sim.join().map_err(|_| tx("the simulator thread panicked"))?.map_err(tx)?;
+    drop(veth);
+    let (floor, master, periodic, max_rate, mut warnings) = result?;
+    if counters.refused > 0 {
+        warnings.push(format!("the simulator refused {} malformed frame(s)", counters.refused));
+    }
+    Ok(report(tsc, cfg, &floor, &master, &periodic, max_rate, warnings))
+}
+
+type Measured = (Vec<f64>, Vec<f64>, Vec<Periodic>, f64, Vec<String>);
+
+fn measure(tsc: &TscClock, cfg: &EthercatConfig, veth: &Veth) -> Result<Measured, BenchError> {
+    let req = RtRequest { cpu: Some(cfg.cell_cpu), fifo_priority: Some(cfg.priority), lock_memory: true };
+    let mut warnings: Vec<String> = apply_rt(&req).map_err(tx)?;
+    // The floor: the same path with nothing but a raw socket on the master's side.
+    let sock = RawSocket::open(&veth.master).map_err(tx)?;
+    sock.set_timeout(Some(cfg.frame_timeout)).map_err(tx)?;
+    let pd_bytes = (rtcell_ecat::esc::OUTPUT_BYTES + rtcell_ecat::esc::INPUT_BYTES) as usize * cfg.devices as usize;
+    let frame = build([0x10, 0x10, 0x10, 0x10, 0x10, 0x10], &[(Command::Lrw, 0, 0, &vec![0u8; pd_bytes])]);
+    let mut buf = [0u8; 1536];
+    let mut floor = Vec::with_capacity(cfg.samples);
+    while floor.len() < cfg.samples && !stop_requested() {
+        let t0 = rdtsc_ordered();
+        sock.send(&frame).map_err(tx)?;
+        if sock.recv(&mut buf).map_err(tx)?.is_some() {
+            floor.push(tsc.ticks_to_ns(rdtsc_ordered().wrapping_sub(t0)));
+        }
+    }
+    drop(sock);
+    crate::progress!("ethercat: master bring-up to OP ...");
+    let mut m = Master::bring_up(&veth.master, cfg.frame_timeout).map_err(tx)?;
+    // The master's process-data exchange, back to back.
+    let mut master = Vec::with_capacity(cfg.samples);
+    let mut lost = 0u64;
+    while master.len() < cfg.samples && !stop_requested() {
+        let t0 = rdtsc_ordered();
+        match m.cycle() {
+            Ok(()) => master.push(tsc.ticks_to_ns(rdtsc_ordered().wrapping_sub(t0))),
+            Err(_) => lost += 1,
+        }
+    }
+    if lost > 0 {
+        warnings.push(format!("{lost} frame(s) lost during the round-trip samples"));
+    }
+    // The periodic master task at each rate.
+    let mut periodic = Vec::new();
+    for &rate in &cfg.rates {
+        crate::progress!("ethercat: master task at {rate} Hz for {:.0} s ...", cfg.duration.as_secs_f64());
+        periodic.push(periodic_run(&mut m, tsc, rate, cfg.duration));
+        if stop_requested() {
+            break;
+        }
+    }
+    // The highest rate sustained back to back: cycles per second with none lost.
+    let t0 = Instant::now();
+    let (mut n, mut lost) = (0u64, 0u64);
+    while t0.elapsed() < cfg.max_rate_for && !stop_requested() {
+        match m.cycle() {
+            Ok(()) => n += 1,
+            Err(_) => lost += 1,
+        }
+    }
+    let max_rate = n as f64 / t0.elapsed().as_secs_f64();
+    if lost > 0 {
+        warnings.push(format!("{lost} frame(s) lost in the back-to-back run"));
+    }
+    crate::release_thread();
+    Ok((floor, master, periodic, max_rate, warnings))
+}
+
+/// The master task: one exchange per period on absolute releases (clock_nanosleep), as a PLC task.
+fn periodic_run(m: &mut Master, tsc: &TscClock, rate: u32, duration: Duration) -> Periodic {
+    let period = 1_000_000_000u64 / rate as u64;
+    let n = (duration.as_nanos() as u64 / period).max(1);
+    let steal0 = steal_ms();
+    let mut p = Periodic {
+        rate,
+        activation_ns: Vec::with_capacity(n as usize),
+        cycle_ns: Vec::with_capacity(n as usize),
+        sent: 0,
+        received: 0,
+        lost: 0,
+        overruns: 0,
+        steal_ms: 0.0,
+    };
+    let mut release = mono_ns() + 1_000_000;
+    for _ in 0..n {
+        if stop_requested() {
+            break;
+        }
+        sleep_until(release);
+        let start = mono_ns();
+        p.activation_ns.push(start.saturating_sub(release) as f64);
+        let t0 = rdtsc_ordered();
+        p.sent += 1;
+        match m.cycle() {
+            Ok(()) => {
+                p.received += 1;
+                p.cycle_ns.push(tsc.ticks_to_ns(rdtsc_ordered().wrapping_sub(t0)));
+            }
+            Err(_) => p.lost += 1,
+        }
+        let next = release + period;
+        if mono_ns() > next {
+            p.overruns += 1;
+            // Skip the releases already past, as the task executive does.
+            let behind = (mono_ns() - next) / period + 1;
+            release = next + behind * period;
+        } else {
+            release = next;
+        }
+    }
+    p.steal_ms = steal_ms() - steal0;
+    p
+}
+
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn sleep_until(t_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: an absolute sleep on CLOCK_MONOTONIC; the remaining-time pointer may be null.
+    while unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) }
+        == libc::EINTR
+    {}
+}
+
+/// Time stolen from all CPUs so far (ms), from /proc/stat.
+fn steal_ms() -> f64 {
+    let Ok(text) = std::fs::read_to_string("/proc/stat") else { return 0.0 };
+    let steal: u64 = text
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .and_then(|l| l.split_whitespace().nth(8).and_then(|v| v.parse().ok()))
+        .unwrap_or(0);
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    steal as f64 * 1000.0 / hz
+}
+
+fn report(
+    _tsc: &TscClock,
+    cfg: &EthercatConfig,
+    floor: &[f64],
+    master: &[f64],
+    periodic: &[Periodic],
+    max_rate: f64,
+    warnings: Vec<String>,
+) -> SuiteRun {
+    let dev = cfg.devices.to_string();
+    let mut series = vec![
+        Series::from_samples(
+            "raw_pingpong_rtt",
+            labels!("path" => "veth", "devices" => dev.as_str()),
+            Unit::Us,
+            Kind::RoundTrip,
+            floor.iter().map(|v| v / 1e3).collect(),
+            0,
+        ),
+        Series::from_samples(
+            "ethercat_rtt",
+            labels!("master" => "ethercrab", "devices" => dev.as_str()),
+            Unit::Us,
+            Kind::RoundTrip,
+            master.iter().map(|v| v / 1e3).collect(),
+            0,
+        ),
+    ];
+    let mut errors = 0;
+    for p in periodic {
+        let hz = p.rate.to_string();
+        series.push(Series::from_samples(
+            "ethercat_task_activation",
+            labels!("rate_hz" => hz.as_str()),
+            Unit::Us,
+            Kind::Latency,
+            p.activation_ns.iter().map(|v| v / 1e3).collect(),
+            0,
+        ));
+        series.push(Series::from_samples(
+            "ethercat_task_cycle",
+            labels!("rate_hz" => hz.as_str()),
+            Unit::Us,
+            Kind::RoundTrip,
+            p.cycle_ns.iter().map(|v| v / 1e3).collect(),
+            p.lost,
+        ));
+        if p.sent != p.received + p.lost {
+            errors += 1;
+        }
+    }
+    series.push(Series::from_samples(
+        "ethercat_max_rate",
+        labels!("devices" => dev.as_str()),
+        Unit::Count,
+        Kind::Throughput,
+        vec![max_rate],
+        0,
+    ));
+
+    let mut text = format!(
+        "EtherCAT on a simulated segment of {} device(s) (veth pair; simulator on CPU {}, master on CPU {} at SCHED_FIFO {}; µs)\n",
+        cfg.devices, cfg.master_cpu, cfg.cell_cpu, cfg.priority
+    );
+    let mut t = Table::new(&["series", "count", "min", "median", "p99.9", "max"]);
+    let names = ["raw-socket ping-pong round trip (the floor)", "master process-data round trip (ethercrab LRW)"];
+    for (s, name) in series.iter().zip(names) {
+        let st = &s.stats;
+        t.row(vec![
+            name.into(),
+            st.count.to_string(),
+            fmt_us(st.min * 1e3),
+            fmt_us(st.median * 1e3),
+            fmt_us(st.p999 * 1e3),
+            fmt_us(st.max * 1e3),
+        ]);
+    }
+    text.push_str(&t.render());
+    text.push('\n');
+    let ratio = series[1].stats.median / series[0].stats.median.max(1e-9);
+    text.push_str(&format!("  master round trip / raw ping-pong (medians): {ratio:.2} x (goal <= 2)\n"));
+    let mut t = Table::new(&[
+        "task rate",
+        "cycles sent",
+        "received",
+        "lost",
+        "overruns",
+        "activation median",
+        "p99.9",
+        "max",
+        "cycle median",
+        "p99.9",
+        "max",
+        "stolen ms",
+    ]);
+    for (p, pair) in periodic.iter().zip(series[2..].chunks(2)) {
+        let (a, c) = (&pair[0].stats, &pair[1].stats);
+        t.row(vec![
+            format!("{} Hz", p.rate),
+            p.sent.to_string(),
+            p.received.to_string(),
+            p.lost.to_string(),
+            p.overruns.to_string(),
+            fmt_us(a.median * 1e3),
+            fmt_us(a.p999 * 1e3),
+            fmt_us(a.max * 1e3),
+            fmt_us(c.median * 1e3),
+            fmt_us(c.p999 * 1e3),
+            fmt_us(c.max * 1e3),
+            format!("{:.1}", p.steal_ms),
+        ]);
+    }
+    text.push_str(
+        "Master task (activation: release to start, one way; cycle: one process-data exchange, round trip):\n",
+    );
+    text.push_str(&t.render());
+    text.push('\n');
+    text.push_str(&format!("  highest cycle rate back to back: {max_rate:.0} cycles/s (seed 004 RQ3: >= 20,000)\n"));
+    let published: Vec<String> = ["ethercat_rtt", "ethercat_throughput", "ethercat_task_cycle"]
+        .iter()
+        .flat_map(|m| rtcell_report::published::for_metric(m))
+        .map(|r| {
+            let fig = |v: Option<f64>| v.map_or("-".into(), |v| v.to_string());
+            format!(
+                "  {} ({}), {} {}: min {} mean {} max {} {} {}",
+                r.platform,
+                r.source,
+                r.metric,
+                r.condition,
+                fig(r.min),
+                fig(r.mean),
+                fig(r.max),
+                r.unit,
+                r.note
+            )
+        })
+        .collect();
+    if !published.is_empty() {
+        text.push_str("Published figures, other platforms (real NICs and SubDevices):\n");
+        text.push_str(&published.join("\n"));
+        text.push('\n');
+    }
+    let config = serde_json::json!({
+        "devices": cfg.devices, "samples": cfg.samples, "rates_hz": cfg.rates, "duration_s": cfg.duration.as_secs_f64(),
+        "cell_cpu": cfg.cell_cpu, "master_cpu": cfg.master_cpu, "priority": cfg.priority,
+        "frame_timeout_us": cfg.frame_timeout.as_micros() as u64,
+        "ratio_master_over_floor": ratio,
+        "frames": periodic.iter().map(|p| serde_json::json!({ "rate_hz": p.rate, "sent": p.sent, "received": p.received, "lost": p.lost, "overruns": p.overruns, "stolen_ms": p.steal_ms })).collect::<Vec<_>>(),
+    });
+    let mut suite = Suite::new("ethercat", config);
+    suite.series = series;
+    SuiteRun { suite, text, warnings, incomplete: stop_requested(), errors, failure: None }
+}

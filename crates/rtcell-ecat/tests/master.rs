@@ -1,0 +1,154 @@
+//! The master (ethercrab) against the simulated segment over a veth pair: the devices are found and
+//! brought to OP, and process data goes round (outputs echoed to inputs, the analog ramp moving); a
+//! segment that drops out is seen as lost frames; bring-up and teardown leave no interface behind.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rtcell_ecat::esc::{ORDER_NUMBER, PRODUCT_CODE, VENDOR_ID};
+use rtcell_ecat::master::Master;
+use rtcell_ecat::net::{RawSocket, Veth};
+
+fn can_run() -> bool {
+    // SAFETY: getuid only reads the process's user id.
+    let root = unsafe { libc::getuid() } == 0;
+    if !root {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "the EtherCAT tests need root (veth, raw sockets)");
+        eprintln!("skipped: needs root for veth and raw sockets (CI=true makes this a failure)");
+    }
+    root
+}
+
+fn links() -> String {
+    String::from_utf8_lossy(&std::process::Command::new("ip").args(["-o", "link"]).output().unwrap().stdout)
+        .into_owned()
+}
+
+/// A simulated segment of `devices` on a fresh veth pair; returns the pair, the stop flag and the thread.
+fn segment(
+    tag: &str,
+    devices: u16,
+    drop_after: Option<u64>,
+    netns: bool,
+) -> (Veth, Arc<AtomicBool>, std::thread::JoinHandle<std::io::Result<rtcell_ecat::segment::SegmentCounters>>) {
+    let veth = Veth::create(tag, netns).expect("veth pair");
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = Arc::clone(&stop);
+    let seg_if = veth.segment.clone();
+    let ns = veth.netns.clone();
+    let sim = std::thread::spawn(move || {
+        if let Some(ns) = ns {
+            rtcell_ecat::net::enter_netns(&ns)?;
+        }
+        let sock = RawSocket::open(&seg_if)?;
+        rtcell_ecat::sim::serve(&sock, devices, &s2, drop_after)
+    });
+    (veth, stop, sim)
+}
+
+fn to_op_and_exchange(devices: u16, tag: &str, netns: bool) {
+    let (veth, stop, sim) = segment(tag, devices, None, netns);
+    let mut m = Master::bring_up(&veth.master, Duration::from_millis(50)).expect("bring-up");
+    assert_eq!(m.devices(), devices as usize);
+    for (name, vendor, product) in m.identities() {
+        assert_eq!((name.as_str(), vendor, product), (ORDER_NUMBER, VENDOR_ID, PRODUCT_CODE));
+    }
+    let mut ramps = Vec::new();
+    for cycle in 0u16..300 {
+        m.cycle().expect("process data cycle");
+        for i in 0..devices as usize {
+            let want = cycle.wrapping_add(i as u16 * 1000);
+            let (echo, ramp) = m
+                .with_io(i, |inputs, outputs| {
+                    assert_eq!((inputs.len(), outputs.len()), (4, 2));
+                    let echo = u16::from_le_bytes([inputs[0], inputs[1]]);
+                    outputs.copy_from_slice(&want.to_le_bytes());
+                    (echo, u16::from_le_bytes([inputs[2], inputs[3]]))
+                })
+                .unwrap();
+            // One exchange writes the outputs and reads the inputs echoed from the previous cycle's.
+            if cycle > 0 {
+                assert_eq!(echo, want.wrapping_sub(1), "cycle {cycle}, device {i}");
+            }
+            if i == 0 {
+                ramps.push(ramp);
+            }
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    ramps.sort_unstable();
+    ramps.dedup();
+    assert!(ramps.len() > 20, "the analog ramp moves: {} distinct values", ramps.len());
+    drop(m);
+    stop.store(true, Ordering::Relaxed);
+    let counters = sim.join().unwrap().unwrap();
+    assert!(counters.frames > 300, "{counters:?}");
+    assert_eq!(counters.refused, 0, "{counters:?}");
+    drop(veth);
+    assert!(!links().contains(tag), "the veth pair is gone: {}", links());
+}
+
+#[test]
+fn one_device_reaches_op_and_exchanges_process_data() {
+    if can_run() {
+        to_op_and_exchange(1, "rtct1", false);
+    }
+}
+
+#[test]
+fn three_devices_in_their_own_namespace_reach_op_and_exchange_process_data() {
+    if can_run() {
+        to_op_and_exchange(3, "rtct3", true);
+        let ns =
+            String::from_utf8_lossy(&std::process::Command::new("ip").args(["netns", "list"]).output().unwrap().stdout)
+                .into_owned();
+        assert!(!ns.contains("rtct3"), "the namespace is gone: {ns}");
+    }
+}
+
+#[test]
+fn a_segment_that_drops_out_gives_lost_frames_and_a_clear_error() {
+    if !can_run() {
+        return;
+    }
+    // Bring-up takes some hundred frames; the segment disappears after 3,000.
+    let (veth, stop, sim) = segment("rtctd", 2, Some(3000), false);
+    let mut m = Master::bring_up(&veth.master, Duration::from_millis(20)).expect("bring-up");
+    let (mut ok, mut lost) = (0, 0);
+    let mut last = String::new();
+    for _ in 0..5000 {
+        match m.cycle() {
+            Ok(()) => ok += 1,
+            Err(e) => {
+                lost += 1;
+                last = e;
+                if lost >= 10 {
+                    break;
+                }
+            }
+        }
+    }
+    assert!(ok > 1000, "cycles went through before the drop-out: {ok}");
+    assert!(lost > 0, "the segment dropped out, frames must be lost");
+    assert!(last.to_lowercase().contains("timeout") || last.to_lowercase().contains("timed out"), "{last}");
+    drop(m);
+    stop.store(true, Ordering::Relaxed);
+    let c = sim.join().unwrap().unwrap();
+    assert!(c.dropped > 0, "{c:?}");
+}
+
+#[test]
+fn no_interface_no_devices_and_no_link_are_clear_errors() {
+    if !can_run() {
+        return;
+    }
+    let e = Master::bring_up("rtct-none0", Duration::from_millis(20)).err().unwrap();
+    assert!(e.contains("rtct-none0"), "{e}");
+    let e = RawSocket::open("rtct-none0").err().unwrap().to_string();
+    assert!(e.contains("does not exist"), "{e}");
+    // A segment with nobody answering.
+    let veth = Veth::create("rtcte", false).unwrap();
+    let e = Master::bring_up(&veth.master, Duration::from_millis(20)).err().unwrap();
+    assert!(e.contains("no EtherCAT device answered") || e.contains("finding the devices"), "{e}");
+}
