@@ -5,8 +5,6 @@
 //!
 //! The simulator answers on the Linux side (`master_cpu`); the master runs on the cell CPU at SCHED_FIFO.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rtcell_ecat::frame::{Command, build};
@@ -36,6 +34,8 @@ pub struct EthercatConfig {
     pub priority: i32,
     /// How long an exchange may take before its frame counts as lost.
     pub frame_timeout: Duration,
+    /// The simulator busy-polls (answers like hardware) instead of sleeping on its socket.
+    pub sim_busy_poll: bool,
 }
 
 /// What one periodic run measured.
@@ -56,28 +56,35 @@ fn tx(e: impl std::fmt::Display) -> BenchError {
 
 /// Interface names of this run (short: at most 15 characters with the suffix).
 fn veth_name() -> String {
-    format!("rtcb{}", std::process::id() % 100_000)
+    format!("rtcb{}", std::process::id())
+}
+
+/// Removes the veth pairs of earlier runs whose process is gone (killed before it could clean up).
+fn remove_stale_pairs() {
+    let Ok(dir) = std::fs::read_dir("/sys/class/net") else { return };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) =
+            name.strip_prefix("rtcb").and_then(|r| r.strip_suffix("-m")).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::process::Command::new("ip").args(["link", "del", &name]).output();
+        }
+    }
 }
 
 pub fn run(tsc: &TscClock, cfg: &EthercatConfig) -> Result<SuiteRun, BenchError> {
+    remove_stale_pairs();
     crate::progress!("ethercat: simulated segment of {} device(s) on a veth pair ...", cfg.devices);
     let veth =
         Veth::create(&veth_name(), false).map_err(|e| tx(format!("veth pair: {e} (needs root and iproute2)")))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let sim = {
-        let (stop, seg_if, devices, cpu) = (Arc::clone(&stop), veth.segment.clone(), cfg.devices, cfg.master_cpu);
-        std::thread::Builder::new()
-            .name("ecat-sim".into())
-            .spawn(move || {
-                let _ = rtcell_host::cpu::pin_current_thread(cpu);
-                let sock = RawSocket::open(&seg_if)?;
-                rtcell_ecat::sim::serve(&sock, devices, &stop, None)
-            })
-            .map_err(tx)?
-    };
+    rtcell_ecat::sim::BUSY_POLL.store(cfg.sim_busy_poll, std::sync::atomic::Ordering::Relaxed);
+    let sim = rtcell_ecat::sim::Running::start(&veth.segment, None, cfg.devices, None, Some(cfg.master_cpu))
+        .map_err(|e| tx(format!("simulator: {e}")))?;
     let result = measure(tsc, cfg, &veth);
-    stop.store(true, Ordering::Relaxed);
-    let counters = sim.join().map_err(|_| tx("the simulator thread panicked"))?.map_err(tx)?;
+    let counters = sim.stop().map_err(tx)?;
     drop(veth);
     let (floor, master, periodic, max_rate, mut warnings) = result?;
     if counters.refused > 0 {

@@ -91,6 +91,15 @@ impl RawSocket {
     /// Receives one frame that arrived on the interface (not one this host sent); returns its length.
     /// `Ok(None)` on timeout.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.recv_flags(buf, 0)
+    }
+
+    /// [`RawSocket::recv`] without waiting: `Ok(None)` when nothing is there (for busy-polling).
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.recv_flags(buf, libc::MSG_DONTWAIT)
+    }
+
+    fn recv_flags(&self, buf: &mut [u8], flags: i32) -> io::Result<Option<usize>> {
         loop {
             // SAFETY: sockaddr_ll is plain data.
             let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -101,7 +110,7 @@ impl RawSocket {
                     self.fd.as_raw_fd(),
                     buf.as_mut_ptr() as *mut libc::c_void,
                     buf.len(),
-                    0,
+                    flags,
                     &mut from as *mut libc::sockaddr_ll as *mut libc::sockaddr,
                     &mut len,
                 )
@@ -189,6 +198,14 @@ impl Veth {
         // No IPv6 chatter on the master's side: only EtherCAT frames there.
         let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{m}/disable_ipv6"), "1");
         ip(&["link", "set", &m, "up"])?;
+        // Frames sent before the carrier is up are dropped: wait for it (it takes a few ms).
+        let t0 = std::time::Instant::now();
+        while std::fs::read_to_string(format!("/sys/class/net/{m}/carrier")).map(|c| c.trim() != "1").unwrap_or(true) {
+            if t0.elapsed() > std::time::Duration::from_secs(3) {
+                return Err(io::Error::other(format!("{m}: no carrier 3 s after creating the veth pair")));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
         Ok(v)
     }
 }

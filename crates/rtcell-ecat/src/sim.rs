@@ -6,6 +6,9 @@ use std::time::Duration;
 use crate::net::RawSocket;
 use crate::segment::{Segment, SegmentCounters};
 
+/// Whether the simulator busy-polls its socket instead of sleeping on it.
+pub static BUSY_POLL: AtomicBool = AtomicBool::new(false);
+
 /// Answers frames on `socket` until `stop`. `drop_after`: the segment disappears after answering this
 /// many frames (a SubDevice that drops out mid-run). Returns the counters.
 pub fn serve(
@@ -18,8 +21,16 @@ pub fn serve(
     socket.set_timeout(Some(Duration::from_millis(50)))?;
     let mut buf = [0u8; 1536];
     let t0 = std::time::Instant::now();
+    let busy = BUSY_POLL.load(Ordering::Relaxed);
     while !stop.load(Ordering::Relaxed) {
-        let Some(n) = socket.recv(&mut buf)? else { continue };
+        // Busy-polling answers like hardware (no wake-up latency) at the cost of a whole CPU.
+        let got = if busy { socket.try_recv(&mut buf)? } else { socket.recv(&mut buf)? };
+        let Some(n) = got else {
+            if busy {
+                std::hint::spin_loop();
+            }
+            continue;
+        };
         let frame = &mut buf[..n];
         // A frame that already went through an ESC is a returned one (ours, looped back): not for us.
         if n > 6 && frame[6] & 0x02 != 0 {
@@ -37,4 +48,85 @@ pub fn serve(
         }
     }
     Ok(seg.counters)
+}
+
+/// A simulated segment answering on its own thread.
+pub struct Running {
+    stop: std::sync::Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<std::io::Result<SegmentCounters>>>,
+}
+
+impl Running {
+    /// Starts answering on `interface` (inside namespace `netns` if given; on `cpu` if given) and returns
+    /// once the socket is open, so no frame sent after this returns is missed.
+    pub fn start(
+        interface: &str,
+        netns: Option<&str>,
+        devices: u16,
+        drop_after: Option<u64>,
+        cpu: Option<usize>,
+    ) -> std::io::Result<Running> {
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
+        let (s2, iface, ns) = (std::sync::Arc::clone(&stop), interface.to_string(), netns.map(String::from));
+        let thread = std::thread::Builder::new().name("ecat-sim".into()).spawn(move || {
+            let opened = (|| {
+                if let Some(ns) = &ns {
+                    crate::net::enter_netns(ns)?;
+                }
+                if let Some(c) = cpu {
+                    pin(c);
+                }
+                RawSocket::open(&iface)
+            })();
+            let sock = match opened {
+                Ok(s) => {
+                    let _ = ready_tx.send(Ok(()));
+                    s
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    let _ = ready_tx.send(Err(e));
+                    return Err(std::io::Error::other(msg));
+                }
+            };
+            serve(&sock, devices, &s2, drop_after)
+        })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Running { stop, thread: Some(thread) }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => Err(std::io::Error::other("the simulator thread ended before opening its socket")),
+        }
+    }
+
+    /// Stops answering; returns what the segment saw.
+    pub fn stop(mut self) -> std::io::Result<SegmentCounters> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(std::io::Error::other("the simulator thread panicked")),
+            None => Ok(SegmentCounters::default()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn pin(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it; sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
 }

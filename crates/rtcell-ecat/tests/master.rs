@@ -2,13 +2,12 @@
 //! brought to OP, and process data goes round (outputs echoed to inputs, the analog ramp moving); a
 //! segment that drops out is seen as lost frames; bring-up and teardown leave no interface behind.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rtcell_ecat::esc::{ORDER_NUMBER, PRODUCT_CODE, VENDOR_ID};
 use rtcell_ecat::master::Master;
 use rtcell_ecat::net::{RawSocket, Veth};
+use rtcell_ecat::sim::Running;
 
 fn can_run() -> bool {
     // SAFETY: getuid only reads the process's user id.
@@ -25,31 +24,16 @@ fn links() -> String {
         .into_owned()
 }
 
-/// A simulated segment of `devices` on a fresh veth pair; returns the pair, the stop flag and the thread.
-fn segment(
-    tag: &str,
-    devices: u16,
-    drop_after: Option<u64>,
-    netns: bool,
-) -> (Veth, Arc<AtomicBool>, std::thread::JoinHandle<std::io::Result<rtcell_ecat::segment::SegmentCounters>>) {
+/// A simulated segment of `devices` on a fresh veth pair, answering before this returns.
+fn segment(tag: &str, devices: u16, drop_after: Option<u64>, netns: bool) -> (Veth, Running) {
     let veth = Veth::create(tag, netns).expect("veth pair");
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = Arc::clone(&stop);
-    let seg_if = veth.segment.clone();
-    let ns = veth.netns.clone();
-    let sim = std::thread::spawn(move || {
-        if let Some(ns) = ns {
-            rtcell_ecat::net::enter_netns(&ns)?;
-        }
-        let sock = RawSocket::open(&seg_if)?;
-        rtcell_ecat::sim::serve(&sock, devices, &s2, drop_after)
-    });
-    (veth, stop, sim)
+    let sim = Running::start(&veth.segment, veth.netns.as_deref(), devices, drop_after, None).expect("simulator");
+    (veth, sim)
 }
 
 fn to_op_and_exchange(devices: u16, tag: &str, netns: bool) {
-    let (veth, stop, sim) = segment(tag, devices, None, netns);
-    let mut m = Master::bring_up(&veth.master, Duration::from_millis(50)).expect("bring-up");
+    let (veth, sim) = segment(tag, devices, None, netns);
+    let mut m = Master::bring_up(&veth.master, Duration::from_millis(200)).expect("bring-up");
     assert_eq!(m.devices(), devices as usize);
     for (name, vendor, product) in m.identities() {
         assert_eq!((name.as_str(), vendor, product), (ORDER_NUMBER, VENDOR_ID, PRODUCT_CODE));
@@ -81,8 +65,7 @@ fn to_op_and_exchange(devices: u16, tag: &str, netns: bool) {
     ramps.dedup();
     assert!(ramps.len() > 20, "the analog ramp moves: {} distinct values", ramps.len());
     drop(m);
-    stop.store(true, Ordering::Relaxed);
-    let counters = sim.join().unwrap().unwrap();
+    let counters = sim.stop().unwrap();
     assert!(counters.frames > 300, "{counters:?}");
     assert_eq!(counters.refused, 0, "{counters:?}");
     drop(veth);
@@ -113,8 +96,8 @@ fn a_segment_that_drops_out_gives_lost_frames_and_a_clear_error() {
         return;
     }
     // Bring-up takes some hundred frames; the segment disappears after 3,000.
-    let (veth, stop, sim) = segment("rtctd", 2, Some(3000), false);
-    let mut m = Master::bring_up(&veth.master, Duration::from_millis(20)).expect("bring-up");
+    let (veth, sim) = segment("rtctd", 2, Some(3000), false);
+    let mut m = Master::bring_up(&veth.master, Duration::from_millis(100)).expect("bring-up");
     let (mut ok, mut lost) = (0, 0);
     let mut last = String::new();
     for _ in 0..5000 {
@@ -133,8 +116,7 @@ fn a_segment_that_drops_out_gives_lost_frames_and_a_clear_error() {
     assert!(lost > 0, "the segment dropped out, frames must be lost");
     assert!(last.to_lowercase().contains("timeout") || last.to_lowercase().contains("timed out"), "{last}");
     drop(m);
-    stop.store(true, Ordering::Relaxed);
-    let c = sim.join().unwrap().unwrap();
+    let c = sim.stop().unwrap();
     assert!(c.dropped > 0, "{c:?}");
 }
 
@@ -150,5 +132,6 @@ fn no_interface_no_devices_and_no_link_are_clear_errors() {
     // A segment with nobody answering.
     let veth = Veth::create("rtcte", false).unwrap();
     let e = Master::bring_up(&veth.master, Duration::from_millis(20)).err().unwrap();
+    drop(veth);
     assert!(e.contains("no EtherCAT device answered") || e.contains("finding the devices"), "{e}");
 }

@@ -2,6 +2,7 @@
 
 mod all;
 mod ctl;
+mod ecat;
 mod gateway;
 mod gateway_bench;
 mod history;
@@ -102,6 +103,10 @@ enum Cmd {
     /// its gRPC API (rtcell ctl, or any gRPC client of proto/rtcell/v1), Prometheus metrics.
     #[command(after_help = gateway::SERVE_HELP)]
     Serve(gateway::ServeCmd),
+    /// A simulated EtherCAT segment (SubDevices with I/O) on a veth pair or an interface, for a master
+    /// to be run and tested without hardware.
+    #[command(name = "ecat-sim", after_help = ecat::ECAT_SIM_HELP)]
+    EcatSim(ecat::EcatSimArgs),
     /// Talk to a gateway: status, statistics, signals, scenarios, payload deploys, results.
     #[command(after_help = ctl::CTL_HELP)]
     Ctl(ctl::CtlArgs),
@@ -316,6 +321,10 @@ enum Suite {
         /// The simulator's CPU (default: the first online CPU that is not the master's).
         #[arg(long)]
         master_cpu: Option<usize>,
+        /// Let the simulator sleep on its socket instead of busy-polling it (then its own wake-up adds
+        /// to every round trip).
+        #[arg(long)]
+        sim_sleeps: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -375,6 +384,7 @@ pub fn main() -> i32 {
         }
         Cmd::Serve(args) => gateway::serve_main(args),
         Cmd::Ctl(args) => ctl::main(args),
+        Cmd::EcatSim(args) => ecat::main(args),
         Cmd::CProbe { fd, library, init, step, com } => {
             let com: Vec<String> = com.split(',').filter(|s| !s.is_empty()).map(String::from).collect();
             rtcell_cells::c_probe_main(fd, &library, init.as_deref(), &step, &com)
@@ -552,7 +562,7 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
                 rtcell_bench::capi::CapiConfig { master_cpu: master, cell_cpu, steps, round_trips, priority: Some(80) };
             ("capi", common, Plan::Capi(cfg))
         }
-        Suite::Ethercat { devices, samples, rates, duration, cpu, master_cpu, common } => {
+        Suite::Ethercat { devices, samples, rates, duration, cpu, master_cpu, sim_sleeps, common } => {
             let (sim_cpu, cell_cpu) = pick_cpus(master_cpu, cpu)?;
             let samples = samples.unwrap_or(if common.quick { 1_000 } else { 10_000 });
             let duration = match duration {
@@ -580,6 +590,7 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
                 master_cpu: sim_cpu,
                 priority: 80,
                 frame_timeout: std::time::Duration::from_millis(10),
+                sim_busy_poll: !sim_sleeps,
             };
             ("ethercat", common, Plan::Ethercat(cfg))
         }

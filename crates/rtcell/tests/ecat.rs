@@ -1,0 +1,105 @@
+//! `rtcell ecat-sim` and `rtcell bench ethercat` end to end: a master finds the simulated devices the
+//! command serves, the benchmark runs briefly with every frame accounted for, and nothing is left behind.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::Duration;
+
+fn root() -> bool {
+    // SAFETY: getuid only reads the process's user id.
+    let root = unsafe { libc::getuid() } == 0;
+    if !root {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "the EtherCAT tests need root");
+        eprintln!("skipped: needs root (CI=true makes this a failure)");
+    }
+    root
+}
+
+fn links() -> String {
+    let o = std::process::Command::new("ip").args(["-o", "link"]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn a_master_finds_the_devices_ecat_sim_serves_and_the_pair_is_removed_after() {
+    if !root() {
+        return;
+    }
+    let mut child = common::rtcell()
+        .args(["ecat-sim", "--veth", "rtce2", "--netns", "--devices", "4", "--duration", "30s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("4 device(s) answering on rtce2-s (namespace rtce2-ns); point the master at rtce2-m"),
+        "{line}"
+    );
+    let mut m = rtcell_ecat::master::Master::bring_up("rtce2-m", Duration::from_millis(200)).expect("bring-up");
+    assert_eq!(m.devices(), 4);
+    for _ in 0..100 {
+        m.cycle().unwrap();
+    }
+    drop(m);
+    // SAFETY: SIGINT to our own child: it stops and reports.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    let answered: u64 = out.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(answered > 100, "{out}");
+    assert!(!links().contains("rtce2"), "{}", links());
+    // Bad options.
+    let o = common::run(&["ecat-sim", "--devices", "2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::text(&o));
+    let o = common::run(&["ecat-sim", "--interface", "rtce-none0", "--duration", "1s"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        common::text(&o).contains("rtce-none0") && common::text(&o).contains("does not exist"),
+        "{}",
+        common::text(&o)
+    );
+}
+
+#[test]
+fn bench_ethercat_runs_briefly_with_every_frame_accounted() {
+    if !root() {
+        return;
+    }
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ec");
+    let child = common::rtcell()
+        .args(["bench", "ethercat", "--quick", "--samples", "300", "--rates", "1000,5000", "--duration", "1s", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pair = format!("rtcb{}-m", child.id());
+    let o = child.wait_with_output().unwrap();
+    let t = common::text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("master round trip / raw ping-pong (medians)"), "{t}");
+    assert!(t.contains("ERIKA on Xen"), "the seeds' figures beside ours: {t}");
+    let doc = common::valid_results(&out);
+    let frames = doc["suites"][0]["config"]["frames"].as_array().unwrap().clone();
+    assert_eq!(frames.len(), 2);
+    for f in frames {
+        let (s, r, l) = (f["sent"].as_u64().unwrap(), f["received"].as_u64().unwrap(), f["lost"].as_u64().unwrap());
+        assert_eq!(s, r + l, "every frame accounted for: {f}");
+        assert!(s > 0);
+    }
+    let names: Vec<String> = common::series(&doc).iter().map(|s| s["name"].as_str().unwrap().to_string()).collect();
+    for want in
+        ["raw_pingpong_rtt", "ethercat_rtt", "ethercat_task_activation", "ethercat_task_cycle", "ethercat_max_rate"]
+    {
+        assert!(names.iter().any(|n| n == want), "{want} in {names:?}");
+    }
+    assert!(!links().contains(&pair), "the benchmark's veth pair {pair} is gone: {}", links());
+}
