@@ -22,17 +22,29 @@ pub struct Master {
     maindevice: Arc<MainDevice<'static>>,
     group: SubDeviceGroup<MAX_DEVICES, MAX_PDI, ethercrab::DefaultLock, Op>,
     pub interface: String,
+    cycle_timeout: Duration,
 }
 
+/// How long one exchange may take during bring-up (EEPROM reads, state changes): generous, so a
+/// loaded host does not fail the bring-up; cycles have their own, shorter limit.
+const BRING_UP_TIMEOUT: Duration = Duration::from_millis(200);
+
 impl Master {
-    /// Finds the devices on `interface` and brings them to OP. `timeout`: how long one exchange may take
-    /// before it counts as lost.
+    /// Finds the devices on `interface` and brings them to OP. `timeout`: how long a process-data
+    /// exchange may take before its frame counts as lost.
     pub fn bring_up(interface: &str, timeout: Duration) -> Result<Master, String> {
         // ethercrab keeps frames in storage that must outlive the master: one small allocation per master,
         // kept for the life of the process.
         let storage: &'static PduStorage<MAX_FRAMES, MAX_PDU_DATA> = Box::leak(Box::new(PduStorage::new()));
         let (tx, rx, pdu_loop) = storage.try_split().map_err(|_| "PDU storage already in use".to_string())?;
-        let timeouts = Timeouts { pdu: timeout, wait_loop_delay: Duration::from_micros(200), ..Timeouts::default() };
+        let slow = BRING_UP_TIMEOUT.max(timeout);
+        let timeouts = Timeouts {
+            pdu: slow,
+            eeprom: slow,
+            state_transition: Duration::from_secs(5),
+            wait_loop_delay: Duration::from_micros(200),
+            ..Timeouts::default()
+        };
         let maindevice = Arc::new(MainDevice::new(pdu_loop, timeouts, MainDeviceConfig::default()));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -60,7 +72,7 @@ impl Master {
             }
             group.into_op(&md).await.map_err(|e| format!("bringing the devices on {interface} to OP: {e}"))
         })?;
-        Ok(Master { rt, maindevice, group, interface: interface.to_string() })
+        Ok(Master { rt, maindevice, group, interface: interface.to_string(), cycle_timeout: timeout })
     }
 
     pub fn devices(&self) -> usize {
@@ -75,11 +87,23 @@ impl Master {
             .collect()
     }
 
-    /// One process-data exchange (outputs out, inputs in). `Err`: the frame was lost or the working
-    /// counter was wrong.
+    /// One process-data exchange (outputs out, inputs in). `Err`: the frame was not back within the
+    /// cycle's limit (lost), or ethercrab refused it. A failed exchange lasts the whole limit, as waiting
+    /// for a frame that never comes does on a real segment, so a lost segment shows in the cycle time
+    /// (and trips a watchdog on it).
     pub fn cycle(&mut self) -> Result<(), String> {
-        let (group, md) = (&self.group, &self.maindevice);
-        self.rt.block_on(group.tx_rx(md)).map(|_| ()).map_err(|e| e.to_string())
+        let t0 = std::time::Instant::now();
+        let (group, md, limit) = (&self.group, &self.maindevice, self.cycle_timeout);
+        let r = self.rt.block_on(async { tokio::time::timeout(limit, group.tx_rx(md)).await });
+        let r = match r {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) => format!("exchange failed: {e}"),
+            Err(_) => format!("frame lost: not back within {} us", limit.as_micros()),
+        };
+        while t0.elapsed() < limit {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Err(r)
     }
 
     /// Device `i`'s inputs and outputs, for `f` to read and write.

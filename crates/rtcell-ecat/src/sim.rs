@@ -66,6 +66,19 @@ impl Running {
         drop_after: Option<u64>,
         cpu: Option<usize>,
     ) -> std::io::Result<Running> {
+        Running::start_with(interface, netns, devices, drop_after, cpu, None)
+    }
+
+    /// [`Running::start`] at SCHED_FIFO `priority`, if given: simulated hardware answers however busy
+    /// the CPU it shares is (a sleeping simulator at normal priority waits behind every other thread).
+    pub fn start_with(
+        interface: &str,
+        netns: Option<&str>,
+        devices: u16,
+        drop_after: Option<u64>,
+        cpu: Option<usize>,
+        priority: Option<i32>,
+    ) -> std::io::Result<Running> {
         let stop = std::sync::Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
         let (s2, iface, ns) = (std::sync::Arc::clone(&stop), interface.to_string(), netns.map(String::from));
@@ -76,6 +89,16 @@ impl Running {
                 }
                 if let Some(c) = cpu {
                     pin(c);
+                }
+                if let Some(p) = priority {
+                    let param = libc::sched_param { sched_priority: p };
+                    // SAFETY: sets this thread's policy from a valid sched_param.
+                    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+                        return Err(std::io::Error::other(format!(
+                            "SCHED_FIFO {p} for the simulator: {}",
+                            std::io::Error::last_os_error()
+                        )));
+                    }
                 }
                 RawSocket::open(&iface)
             })();

@@ -59,6 +59,20 @@ pub struct RawScenario {
     pub tasks: BTreeMap<String, RawTask>,
     #[serde(default)]
     pub loads: Vec<RawLoad>,
+    /// An EtherCAT segment for `ethercat` tasks.
+    pub ethercat: Option<RawEthercat>,
+}
+
+/// `[ethercat]`: a real interface, or a simulated segment of N devices on a veth pair made for the run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEthercat {
+    pub interface: Option<String>,
+    pub simulated: Option<u16>,
+    /// Simulated segment only: it disappears after answering this many frames.
+    pub drop_after: Option<u64>,
+    /// How long a frame may be out before it counts as lost (default: 90% of the task's period).
+    pub timeout_us: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -231,6 +245,10 @@ pub enum RawWork {
     ComMaster {
         input: String,
         output: String,
+    },
+    /// The EtherCAT master's cycle on the scenario's `[ethercat]` segment.
+    Ethercat {
+        outputs: Option<String>,
     },
 }
 

@@ -182,8 +182,19 @@ pub struct Plan {
     /// In file order.
     pub tasks: Vec<PlanTask>,
     pub loads: Vec<PlanLoad>,
+    /// The EtherCAT segment of `ethercat` tasks.
+    pub ethercat: Option<PlanEthercat>,
     /// Things to know that do not stop the run (a kvm cell falling back to a thread).
     pub notes: Vec<String>,
+}
+
+/// `[ethercat]` as validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanEthercat {
+    /// A real segment on this interface.
+    Interface(String),
+    /// Simulated devices on a veth pair made for the run (the simulator answers on the Linux side).
+    Simulated { devices: u16, drop_after: Option<u64> },
 }
 
 /// Why a scenario was refused: every complaint found, each renderable as `file:line: field: what — fix`.
@@ -838,6 +849,29 @@ impl Validator<'_> {
                     let ids = self.com_master_ids(&p, input, output, &coms);
                     (TaskWork::ComMaster { input: input.clone(), output: output.clone(), ids }, 5.0)
                 }
+                RawWork::Ethercat { outputs } => {
+                    let ec = raw.ethercat.clone().unwrap_or_else(|| {
+                        self.err(
+                            &format!("{p}.workload"),
+                            "an ethercat task needs the scenario's [ethercat] segment",
+                            "add [ethercat] simulated = 3 (or interface = \"eth1\" for a real segment)",
+                        );
+                        crate::file::RawEthercat {
+                            interface: None,
+                            simulated: None,
+                            drop_after: None,
+                            timeout_us: None,
+                        }
+                    });
+                    if let Some(o) = outputs {
+                        check_signal(self, "workload.outputs", o, None);
+                    }
+                    needs_output = Some(2);
+                    // A frame out longer than most of the period is lost: the next cycle needs the socket.
+                    let timeout_us = ec.timeout_us.unwrap_or(period_us.saturating_mul(9) / 10).max(1);
+                    let interface = ec.interface.clone().unwrap_or_default();
+                    (TaskWork::Ethercat { interface, outputs: outputs.clone(), timeout_us }, 40.0)
+                }
             };
             match (&t.output, needs_output) {
                 (Some(o), need) => {
@@ -1151,6 +1185,33 @@ impl Validator<'_> {
             }
         }
 
+        let ethercat = raw.ethercat.as_ref().and_then(|e| match (&e.interface, e.simulated) {
+            (Some(i), None) if e.drop_after.is_none() => Some(PlanEthercat::Interface(i.clone())),
+            (None, Some(n)) if (1..=16).contains(&n) => {
+                Some(PlanEthercat::Simulated { devices: n, drop_after: e.drop_after })
+            }
+            (None, Some(_)) => {
+                self.err("ethercat.simulated", "a simulated segment has 1 to 16 devices", "simulated = 3");
+                None
+            }
+            (Some(_), None) => {
+                self.err(
+                    "ethercat.drop_after",
+                    "drop_after is for a simulated segment",
+                    "remove it, or use simulated = N",
+                );
+                None
+            }
+            _ => {
+                self.err(
+                    "ethercat",
+                    "give the segment's interface, or simulated = N, not both or neither",
+                    "simulated = 3",
+                );
+                None
+            }
+        });
+
         Plan {
             name,
             description: raw.description.clone().unwrap_or_default(),
@@ -1163,6 +1224,7 @@ impl Validator<'_> {
             coms,
             tasks,
             loads,
+            ethercat,
             notes,
         }
     }

@@ -318,6 +318,10 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
             "signals": c.signals.iter().map(|s| serde_json::json!({"id": s.id, "name": s.name, "type": s.ty, "bytes": s.bytes, "dynamic": s.dynamic, "group": s.group})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "tasks": tasks,
+        "ethercat": plan.ethercat.as_ref().map(|e| match e {
+            crate::plan::PlanEthercat::Interface(i) => serde_json::json!({ "interface": i }),
+            crate::plan::PlanEthercat::Simulated { devices, drop_after } => serde_json::json!({ "simulated": devices, "drop_after": drop_after }),
+        }),
         "loads": plan.loads.iter().map(|l| serde_json::json!({"kind": l.kind.as_str(), "cpus": l.cpus})).collect::<Vec<_>>(),
         "outcome": {
             "tasks": outcome_tasks,

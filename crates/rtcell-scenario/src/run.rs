@@ -278,6 +278,30 @@ pub fn run_observed(
         specs.push((t.cell.clone(), s));
     }
 
+    // A simulated EtherCAT segment: a veth pair made for the run, the simulator answering on the Linux
+    // side; both go when the run ends (the simulator first).
+    let mut _segment: Option<(rtcell_ecat::sim::Running, rtcell_ecat::net::Veth)> = None;
+    if let Some(crate::plan::PlanEthercat::Simulated { devices, drop_after }) = &plan.ethercat {
+        let veth = rtcell_ecat::net::Veth::create(&format!("rtcs{}", std::process::id()), false)
+            .map_err(|e| StartError(format!("simulated EtherCAT segment: {e} (needs root and iproute2)")))?;
+        // The simulator stands for hardware: at a real-time priority below the tasks', on the master CPU.
+        let sim = rtcell_ecat::sim::Running::start_with(
+            &veth.segment,
+            None,
+            *devices,
+            *drop_after,
+            Some(plan.master_cpu),
+            Some(50),
+        )
+        .map_err(|e| StartError(format!("simulated EtherCAT segment: {e}")))?;
+        for (_, s) in specs.iter_mut() {
+            if let TaskWork::Ethercat { interface, .. } = &mut s.work {
+                *interface = veth.master.clone();
+            }
+        }
+        _segment = Some((sim, veth));
+    }
+
     // Cells.
     let mut cells: Vec<(Cell, Option<Duration>)> = Vec::new();
     for c in &plan.cells {

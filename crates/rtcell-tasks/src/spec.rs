@@ -154,6 +154,12 @@ pub enum TaskWork {
     /// on `output` until 90% of the deadline, and checks u bit for bit against the reference output. A
     /// sample not answered in its cycle is held (no new one is sent) until its answer comes.
     ComMaster { input: String, output: String, ids: crate::cwork::ComMasterIds },
+    /// The EtherCAT master's cycle (`rtcell_ecat::master`): brings the segment on `interface` to OP before
+    /// the first release, then each cycle sends the digital outputs read from signal `outputs` (value i
+    /// to device i; a signal of fewer values repeats its last) and writes the inputs to the output signal (per device: the digital inputs, the analog
+    /// input). A frame not back within `timeout_us` is lost (counted), and the cycle lasts that long, so a
+    /// lost segment trips the task's watchdog.
+    Ethercat { interface: String, outputs: Option<String>, timeout_us: u64 },
 }
 
 impl TaskWork {
@@ -168,6 +174,7 @@ impl TaskWork {
             TaskWork::Master { .. } => "master",
             TaskWork::C { .. } => "c",
             TaskWork::ComMaster { .. } => "com_master",
+            TaskWork::Ethercat { .. } => "ethercat",
         }
     }
 }

@@ -79,6 +79,55 @@ pub enum Body<'a> {
     Master(Box<MasterBody<'a>>),
     C(Box<crate::cwork::CLibrary>),
     ComMaster(Box<crate::cwork::ComMasterBody<'a>>),
+    Ethercat(Box<EcatBody<'a>>),
+}
+
+/// The EtherCAT master's cycle, with its segment in OP.
+pub struct EcatBody<'a> {
+    master: rtcell_ecat::master::Master,
+    outputs: Option<SignalView<'a>>,
+    out: SignalView<'a>,
+    buf: Vec<f64>,
+}
+
+impl EcatBody<'_> {
+    fn cycle(&mut self, stats: &mut StatsWriter<'_>) -> Result<f64, String> {
+        let n = self.master.devices();
+        if let Some(o) = &self.outputs {
+            let mut want = vec![0.0; n];
+            let got = read_f64s(o, &mut want)?;
+            // Value i for device i; a signal of fewer values repeats its last one for the rest.
+            for i in 0..if got == 0 { 0 } else { n } {
+                let v = want[i.min(got - 1)];
+                let bits = (v.max(0.0) as u64 & 0xffff) as u16;
+                self.master.with_io(i, |_, out| {
+                    if out.len() >= 2 {
+                        out[..2].copy_from_slice(&bits.to_le_bytes());
+                    }
+                });
+            }
+        }
+        stats.sent += 1;
+        if self.master.cycle().is_err() {
+            stats.recv_lost += 1;
+            return Ok(0.0);
+        }
+        stats.received += 1;
+        self.buf.clear();
+        for i in 0..n {
+            let (digital, analog) = self
+                .master
+                .with_io(i, |inp, _| {
+                    let w = |k: usize| inp.get(k..k + 2).map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
+                    (w(0), w(2))
+                })
+                .unwrap_or((0, 0));
+            self.buf.push(f64::from(digital));
+            self.buf.push(f64::from(analog));
+        }
+        write_f64s(&self.out, &self.buf)?;
+        Ok(self.buf.get(1).copied().unwrap_or(0.0))
+    }
 }
 
 pub struct LogBody<'a> {
@@ -271,6 +320,15 @@ impl<'a> Body<'a> {
                 lib.init();
                 Body::C(Box::new(lib))
             }
+            TaskWork::Ethercat { interface, outputs, timeout_us } => {
+                let master =
+                    rtcell_ecat::master::Master::bring_up(interface, std::time::Duration::from_micros(*timeout_us))?;
+                let outputs = match outputs {
+                    Some(n) => Some(signal(region, n)?),
+                    None => None,
+                };
+                Body::Ethercat(Box::new(EcatBody { master, outputs, out: need_out("an ethercat")?, buf: Vec::new() }))
+            }
             TaskWork::ComMaster { input, output, ids } => {
                 Body::ComMaster(Box::new(crate::cwork::ComMasterBody::prepare(region, input, output, *ids)?))
             }
@@ -368,6 +426,7 @@ impl<'a> Body<'a> {
                 Ok(0.0)
             }
             Body::ComMaster(m) => m.cycle(c, stats),
+            Body::Ethercat(e) => e.cycle(stats),
             Body::Master(m) => {
                 let n = m.r.len() as u64;
                 let idx = (m.seq % n) as usize;

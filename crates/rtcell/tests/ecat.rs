@@ -103,3 +103,67 @@ fn bench_ethercat_runs_briefly_with_every_frame_accounted() {
     }
     assert!(!links().contains(&pair), "the benchmark's veth pair {pair} is gone: {}", links());
 }
+
+/// `examples/plc-ethercat.toml` for `duration`, with `extra` appended to its `[ethercat]` table.
+fn plc_ethercat(dir: &std::path::Path, duration: &str, extra: &str) -> (std::process::Output, serde_json::Value) {
+    let text = std::fs::read_to_string(common::repo().join("examples/plc-ethercat.toml")).unwrap();
+    let text = text.replace("[ethercat]\nsimulated = 3\n", &format!("[ethercat]\nsimulated = 3\n{extra}\n"));
+    let file = dir.join("plc-ethercat.toml");
+    std::fs::write(&file, text).unwrap();
+    let out = dir.join("out");
+    let o = common::run(&["run", file.to_str().unwrap(), "--duration", duration, "--out", out.to_str().unwrap()]);
+    let doc = common::valid_results(&out);
+    (o, doc)
+}
+
+#[test]
+fn the_plc_example_exchanges_frames_with_the_simulated_segment() {
+    if !root() {
+        return;
+    }
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (o, doc) = plc_ethercat(dir.path(), "3s", "");
+    let t = common::text(&o);
+    assert!(o.status.success(), "{t}");
+    let task = common::outcome_task(&doc, "ethercat");
+    assert_eq!(task["state"], "done", "{t}");
+    let m = &task["messages"];
+    let (sent, received, lost) =
+        (m["sent"].as_u64().unwrap(), m["received"].as_u64().unwrap(), m["lost"].as_u64().unwrap());
+    assert!(sent > 2000, "a frame every 1 ms for 3 s: {m}");
+    assert_eq!(sent, received + lost, "every frame accounted for: {m}");
+    // The inputs: each device echoes the PLC program's output (its cycle count, mod 2^16), and the ramp.
+    let inputs: Vec<f64> = doc["suites"][0]["config"]["outcome"]["signals"]["ecat_in"]
+        .as_array()
+        .unwrap_or_else(|| panic!("ecat_in in the outcome: {}", doc["suites"][0]["config"]["outcome"]))
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let plc_out = doc["suites"][0]["config"]["outcome"]["signals"]["plc_out"][0].as_f64().unwrap();
+    assert_eq!(inputs.len(), 6, "{inputs:?}");
+    for d in 0..3 {
+        // The two tasks end a few cycles apart: the last echo is of an output a little before the last.
+        let echo = inputs[2 * d];
+        assert!(echo > 0.0 && (plc_out % 65536.0 - echo).abs() <= 50.0, "device {d} echoes {echo} of {plc_out}");
+        assert!((0.0..32768.0).contains(&inputs[2 * d + 1]), "analog {}", inputs[2 * d + 1]);
+    }
+    assert!(!links().contains("rtcs"), "the run's veth pair is gone: {}", links());
+}
+
+#[test]
+fn a_segment_lost_mid_run_trips_the_watchdog_and_writes_the_safe_value() {
+    if !root() {
+        return;
+    }
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    // Bring-up takes some hundred frames; the segment disappears after 3,000 (about 2 s of cycles).
+    let (o, doc) = plc_ethercat(dir.path(), "6s", "drop_after = 3000");
+    let t = common::text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    let task = common::outcome_task(&doc, "ethercat");
+    assert_eq!(task["state"], "tripped", "{t}");
+    assert!(task["messages"]["lost"].as_u64().unwrap() >= 20, "{}", task["messages"]);
+    assert!(t.contains("its output \"ecat_in\" holds [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]"), "{t}");
+}
