@@ -99,9 +99,7 @@ fn handle(dev: &mut Esc, d: &mut Datagram<'_>, now_ns: u64) {
                 dev.write(d.ado(), &copy);
             }
             d.add_wkc(wkc(reads, writes));
-            if d.command != Bwr {
-                // Broadcasts also increment the ADP.
-            }
+            // Broadcasts increment the ADP too, as position addressing does.
             d.set_adp(d.adp().wrapping_add(1));
         }
         Lrd | Lwr | Lrw => {

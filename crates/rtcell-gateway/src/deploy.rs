@@ -36,13 +36,16 @@ struct Deployed {
 pub struct Deployer {
     dir: PathBuf,
     cells: Mutex<BTreeMap<String, Deployed>>,
+    /// One deploy at a time; `cells` itself is locked only briefly, so statistics and status keep
+    /// answering while a VM starts.
+    deploying: Mutex<()>,
 }
 
 impl Deployer {
     /// Payloads are stored in `dir` (created private if absent).
     pub fn new(dir: &Path) -> Result<Deployer, String> {
         crate::listen::private_dir(dir)?;
-        Ok(Deployer { dir: dir.to_owned(), cells: Mutex::new(BTreeMap::new()) })
+        Ok(Deployer { dir: dir.to_owned(), cells: Mutex::new(BTreeMap::new()), deploying: Mutex::new(()) })
     }
 
     /// Checks, stores and starts. `busy` lists the CPUs the run uses, and by what. Blocking (starts a VM).
@@ -92,21 +95,24 @@ impl Deployer {
         if let Some((_, what)) = busy.iter().find(|(c, _)| *c == cpu) {
             return Err(Status::failed_precondition(format!("CPU {cpu} is taken by {what}: pick another")));
         }
-        let mut cells = self.cells.lock().map_err(|_| Status::internal("deployed cells poisoned"))?;
-        cells.retain(|_, d| !d.cell.status().is_finished() || d.cell.name() == name);
-        if cells.contains_key(&name) {
-            return Err(Status::already_exists(format!(
-                "a deployed cell is named {name:?}: stop it first (rtcell ctl stop-cell {name})"
-            )));
-        }
-        if let Some(d) = cells.values().find(|d| d.cell.cpu() == cpu) {
-            return Err(Status::failed_precondition(format!(
-                "CPU {cpu} runs deployed cell {:?}: pick another",
-                d.cell.name()
-            )));
-        }
-        if cells.len() >= MAX_DEPLOYED {
-            return Err(Status::resource_exhausted(format!("{MAX_DEPLOYED} deployed cells run already")));
+        let _one = self.deploying.lock().map_err(|_| Status::internal("deploy lock poisoned"))?;
+        {
+            let mut cells = self.cells.lock().map_err(|_| Status::internal("deployed cells poisoned"))?;
+            cells.retain(|_, d| !d.cell.status().is_finished() || d.cell.name() == name);
+            if cells.contains_key(&name) {
+                return Err(Status::already_exists(format!(
+                    "a deployed cell is named {name:?}: stop it first (rtcell ctl stop-cell {name})"
+                )));
+            }
+            if let Some(d) = cells.values().find(|d| d.cell.cpu() == cpu) {
+                return Err(Status::failed_precondition(format!(
+                    "CPU {cpu} runs deployed cell {:?}: pick another",
+                    d.cell.name()
+                )));
+            }
+            if cells.len() >= MAX_DEPLOYED {
+                return Err(Status::resource_exhausted(format!("{MAX_DEPLOYED} deployed cells run already")));
+            }
         }
 
         let mut layout = RegionLayout::new();
@@ -137,7 +143,7 @@ impl Deployer {
         }
         let d = Deployed { cell, sha256: sha, size: req.elf.len() as u64, stored_at: stored, _shm: shm };
         let info = describe(&name, &d, None);
-        cells.insert(name, d);
+        self.cells.lock().map_err(|_| Status::internal("deployed cells poisoned"))?.insert(name, d);
         Ok(info)
     }
 
