@@ -33,6 +33,14 @@ impl Master {
     /// Finds the devices on `interface` and brings them to OP. `timeout`: how long a process-data
     /// exchange may take before its frame counts as lost.
     pub fn bring_up(interface: &str, timeout: Duration) -> Result<Master, String> {
+        // A link that is down would only show as timeouts: say so plainly first.
+        if let Ok(state) = std::fs::read_to_string(format!("/sys/class/net/{interface}/operstate"))
+            && state.trim() == "down"
+        {
+            return Err(format!(
+                "interface {interface} is down: bring it up (ip link set {interface} up) and check the cable"
+            ));
+        }
         // ethercrab keeps frames in storage that must outlive the master: one small allocation per master,
         // kept for the life of the process.
         let storage: &'static PduStorage<MAX_FRAMES, MAX_PDU_DATA> = Box::leak(Box::new(PduStorage::new()));

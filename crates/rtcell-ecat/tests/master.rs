@@ -129,6 +129,13 @@ fn no_interface_no_devices_and_no_link_are_clear_errors() {
     assert!(e.contains("rtct-none0"), "{e}");
     let e = RawSocket::open("rtct-none0").err().unwrap().to_string();
     assert!(e.contains("does not exist"), "{e}");
+    // An interface that is down.
+    let veth = Veth::create("rtctw", false).unwrap();
+    let o = std::process::Command::new("ip").args(["link", "set", &veth.master, "down"]).output().unwrap();
+    assert!(o.status.success());
+    let e = Master::bring_up(&veth.master, Duration::from_millis(20)).err().unwrap();
+    assert!(e.contains("rtctw-m is down"), "{e}");
+    drop(veth);
     // A segment with nobody answering.
     let veth = Veth::create("rtcte", false).unwrap();
     let e = Master::bring_up(&veth.master, Duration::from_millis(20)).err().unwrap();

@@ -57,6 +57,16 @@ fn a_master_finds_the_devices_ecat_sim_serves_and_the_pair_is_removed_after() {
     // Bad options.
     let o = common::run(&["ecat-sim", "--devices", "2"]);
     assert_eq!(o.status.code(), Some(2), "{}", common::text(&o));
+    // Without CAP_NET_RAW (as an unprivileged user): refused with the reason and the fix.
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .arg(env!("CARGO_BIN_EXE_rtcell"))
+        .args(["ecat-sim", "--interface", "lo", "--duration", "1s"])
+        .env("RTCELL_HOME", "/tmp")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", common::text(&o));
+    assert!(common::text(&o).contains("raw sockets need CAP_NET_RAW"), "{}", common::text(&o));
     let o = common::run(&["ecat-sim", "--interface", "rtce-none0", "--duration", "1s"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
