@@ -15,6 +15,7 @@ use rtcell_host::tsc::{TscClock, rdtsc_ordered};
 use rtcell_report::table::{Table, fmt_us};
 use rtcell_report::{Kind, Series, Suite, Unit, labels};
 
+use crate::latency::measure::{monotonic_ns as mono_ns, sleep_until};
 use crate::{BenchError, SuiteRun, stop_requested};
 
 #[derive(Debug, Clone)]
@@ -198,24 +199,6 @@ fn periodic_run(m: &mut Master, tsc: &TscClock, rate: u32, duration: Duration) -
     }
     p.steal_ms = steal_ms() - steal0;
     p
-}
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn sleep_until(t_ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (t_ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (t_ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: an absolute sleep on CLOCK_MONOTONIC; the remaining-time pointer may be null.
-    while unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) }
-        == libc::EINTR
-    {}
 }
 
 /// Time stolen from all CPUs so far (ms), from /proc/stat.

@@ -14,7 +14,7 @@
 
 pub mod cyclictest;
 pub mod histfile;
-mod measure;
+pub(crate) mod measure;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

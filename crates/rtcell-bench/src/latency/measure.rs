@@ -110,7 +110,7 @@ fn read_log(words: &[AtomicU64], what: &str) -> Result<RoundSamples, BenchError>
     })
 }
 
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -118,7 +118,7 @@ fn monotonic_ns() -> u64 {
 }
 
 /// Sleeps until CLOCK_MONOTONIC reaches `t_ns` (absolute), across signals.
-fn sleep_until(t_ns: u64) {
+pub(crate) fn sleep_until(t_ns: u64) {
     let ts = libc::timespec { tv_sec: (t_ns / 1_000_000_000) as _, tv_nsec: (t_ns % 1_000_000_000) as _ };
     loop {
         // SAFETY: clock_nanosleep reads the timespec we own; with TIMER_ABSTIME no remainder is written.
