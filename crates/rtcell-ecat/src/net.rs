@@ -94,6 +94,37 @@ impl RawSocket {
         self.recv_flags(buf, 0)
     }
 
+    /// Waits up to `timeout` for a frame to read (to the microsecond: `ppoll`, not a millisecond
+    /// `poll`). `Ok(false)`: none came, or a signal interrupted the wait.
+    pub fn wait_readable(&self, timeout: std::time::Duration) -> io::Result<bool> {
+        let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(err(&format!("wait on {}", self.interface), e));
+        }
+        Ok(rc > 0)
+    }
+
+    /// Busy-polls for a frame until `until`: sees it the moment it lands, at the cost of the whole CPU.
+    pub fn spin_recv(&self, buf: &mut [u8], until: std::time::Instant) -> io::Result<Option<usize>> {
+        loop {
+            match self.try_recv(buf)? {
+                Some(n) => return Ok(Some(n)),
+                None if std::time::Instant::now() < until => std::hint::spin_loop(),
+                None => return Ok(None),
+            }
+        }
+    }
+
     /// [`RawSocket::recv`] without waiting: `Ok(None)` when nothing is there (for busy-polling).
     pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         self.recv_flags(buf, libc::MSG_DONTWAIT)
@@ -156,12 +187,24 @@ impl RawSocket {
     }
 }
 
-fn ip(args: &[&str]) -> io::Result<()> {
+/// Runs `ip ARGS`; its standard output, or an error with its message.
+fn ip(args: &[&str]) -> io::Result<String> {
     let o = Command::new("ip").args(args).output().map_err(|e| err("ip (iproute2)", e))?;
     if !o.status.success() {
         return Err(io::Error::other(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim())));
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Whether `dev` (in namespace `ns`, if given) passes frames: up, with carrier, activated by the kernel.
+fn forwarding(ns: Option<&str>, dev: &str) -> io::Result<bool> {
+    let mut args = Vec::new();
+    if let Some(ns) = ns {
+        args.extend(["-n", ns]);
+    }
+    args.extend(["-o", "link", "show", "dev", dev]);
+    let line = ip(&args)?;
+    Ok(line.contains(" state UP ") && !line.contains(" qdisc noop "))
 }
 
 /// A veth pair: `master` for the master, `segment` for the simulated devices (in namespace `netns` if
@@ -184,8 +227,8 @@ impl Veth {
             ));
         }
         ip(&["link", "add", &m, "type", "veth", "peer", "name", &s])?;
-        let v = Veth { master: m.clone(), segment: s.clone(), netns: None };
-        let mut v = v;
+        // From here on, dropping `v` removes the pair: an error below leaves nothing behind.
+        let mut v = Veth { master: m.clone(), segment: s.clone(), netns: None };
         if netns {
             let ns = format!("{name}-ns");
             ip(&["netns", "add", &ns])?;
@@ -198,13 +241,20 @@ impl Veth {
         // No IPv6 chatter on the master's side: only EtherCAT frames there.
         let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{m}/disable_ipv6"), "1");
         ip(&["link", "set", &m, "up"])?;
-        // Frames sent before the carrier is up are dropped: wait for it (it takes a few ms).
+        // Until the kernel's link watcher has activated a device (state UP, a real queueing discipline
+        // instead of "noop"), every frame sent through it is dropped. The carrier is on before that, and
+        // the watcher can lag by hundreds of ms (it waits for the lock a namespace being created holds):
+        // wait for both ends.
         let t0 = std::time::Instant::now();
-        while std::fs::read_to_string(format!("/sys/class/net/{m}/carrier")).map(|c| c.trim() != "1").unwrap_or(true) {
-            if t0.elapsed() > std::time::Duration::from_secs(3) {
-                return Err(io::Error::other(format!("{m}: no carrier 3 s after creating the veth pair")));
+        for (ns, dev) in [(None, &v.master), (v.netns.as_deref(), &v.segment)] {
+            while !forwarding(ns, dev)? {
+                if t0.elapsed() > std::time::Duration::from_secs(10) {
+                    return Err(io::Error::other(format!(
+                        "{dev}: not forwarding frames 10 s after creating the veth pair (ip link show {dev})"
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
             }
-            std::thread::sleep(std::time::Duration::from_millis(2));
         }
         Ok(v)
     }

@@ -13,6 +13,8 @@ pub struct SegmentCounters {
     pub refused: u64,
     /// Frames swallowed while the segment was dropped out.
     pub dropped: u64,
+    /// Replies the interface refused to send.
+    pub send_failed: u64,
 }
 
 pub struct Segment {

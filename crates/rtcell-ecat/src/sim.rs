@@ -3,21 +3,31 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::frame::{Command, for_each_datagram};
 use crate::net::RawSocket;
 use crate::segment::{Segment, SegmentCounters};
 
 /// Whether the simulator busy-polls its socket instead of sleeping on it.
 pub static BUSY_POLL: AtomicBool = AtomicBool::new(false);
 
-/// Answers frames on `socket` until `stop`. `drop_after`: the segment disappears after answering this
-/// many frames (a SubDevice that drops out mid-run). Returns the counters.
-pub fn serve(
-    socket: &RawSocket,
-    devices: u16,
-    stop: &AtomicBool,
-    drop_after: Option<u64>,
-) -> std::io::Result<SegmentCounters> {
+/// Faults the simulated segment injects, to see how a master copes. Process-data frames (LRW) are the
+/// ones delayed or miscounted, so bring-up is not disturbed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The segment disappears after answering this many frames (a SubDevice that drops out).
+    pub drop_after: Option<u64>,
+    /// Every Nth process-data reply is held back by `late_by` (a reply that misses its cycle).
+    pub late_every: Option<u64>,
+    pub late_by: Duration,
+    /// Every Nth process-data reply comes back with its working counter one short (a device that did
+    /// not process it).
+    pub wrong_wkc_every: Option<u64>,
+}
+
+/// Answers frames on `socket` until `stop`, injecting `faults`. Returns the counters.
+pub fn serve(socket: &RawSocket, devices: u16, stop: &AtomicBool, faults: Faults) -> std::io::Result<SegmentCounters> {
     let mut seg = Segment::new(devices);
+    let mut process_data: u64 = 0;
     socket.set_timeout(Some(Duration::from_millis(50)))?;
     let mut buf = [0u8; 1536];
     let t0 = std::time::Instant::now();
@@ -36,15 +46,34 @@ pub fn serve(
         if n > 6 && frame[6] & 0x02 != 0 {
             continue;
         }
-        if drop_after.is_some_and(|d| seg.counters.frames >= d) {
+        if faults.drop_after.is_some_and(|d| seg.counters.frames >= d) {
             seg.present = false;
         }
         let now = t0.elapsed().as_nanos() as u64;
-        match seg.process(frame, now) {
-            Ok(true) => socket.send(frame)?,
-            Ok(false) => {}
-            // A malformed frame is not answered (a real segment would drop it too); it is counted.
-            Err(_) => {}
+        // A malformed frame is not answered (a real segment would drop it too); it is counted.
+        if !matches!(seg.process(frame, now), Ok(true)) {
+            continue;
+        }
+        let mut lrw = false;
+        let _ = for_each_datagram(frame, |d| lrw |= d.command == Command::Lrw);
+        if lrw {
+            process_data += 1;
+            let nth = |every: Option<u64>| every.is_some_and(|e| e > 0 && process_data % e == 0);
+            if nth(faults.wrong_wkc_every) {
+                let mut first = true;
+                let _ = for_each_datagram(frame, |d| {
+                    if std::mem::take(&mut first) {
+                        d.add_wkc(u16::MAX);
+                    }
+                });
+            }
+            if nth(faults.late_every) {
+                std::thread::sleep(faults.late_by);
+            }
+        }
+        // A reply the interface refuses (a full queue) is lost, as on a wire; the segment goes on.
+        if socket.send(frame).is_err() {
+            seg.counters.send_failed += 1;
         }
     }
     Ok(seg.counters)
@@ -63,10 +92,10 @@ impl Running {
         interface: &str,
         netns: Option<&str>,
         devices: u16,
-        drop_after: Option<u64>,
+        faults: Faults,
         cpu: Option<usize>,
     ) -> std::io::Result<Running> {
-        Running::start_with(interface, netns, devices, drop_after, cpu, None)
+        Running::start_with(interface, netns, devices, faults, cpu, None)
     }
 
     /// [`Running::start`] at SCHED_FIFO `priority`, if given: simulated hardware answers however busy
@@ -75,7 +104,7 @@ impl Running {
         interface: &str,
         netns: Option<&str>,
         devices: u16,
-        drop_after: Option<u64>,
+        faults: Faults,
         cpu: Option<usize>,
         priority: Option<i32>,
     ) -> std::io::Result<Running> {
@@ -113,7 +142,7 @@ impl Running {
                     return Err(std::io::Error::other(msg));
                 }
             };
-            serve(&sock, devices, &s2, drop_after)
+            serve(&sock, devices, &s2, faults)
         })?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Running { stop, thread: Some(thread) }),

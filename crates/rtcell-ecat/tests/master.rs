@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use rtcell_ecat::esc::{ORDER_NUMBER, PRODUCT_CODE, VENDOR_ID};
-use rtcell_ecat::master::Master;
+use rtcell_ecat::master::{CycleError, Master};
 use rtcell_ecat::net::{RawSocket, Veth};
-use rtcell_ecat::sim::Running;
+use rtcell_ecat::sim::{Faults, Running};
 
 fn can_run() -> bool {
     // SAFETY: getuid only reads the process's user id.
@@ -25,14 +25,14 @@ fn links() -> String {
 }
 
 /// A simulated segment of `devices` on a fresh veth pair, answering before this returns.
-fn segment(tag: &str, devices: u16, drop_after: Option<u64>, netns: bool) -> (Veth, Running) {
+fn segment(tag: &str, devices: u16, faults: Faults, netns: bool) -> (Veth, Running) {
     let veth = Veth::create(tag, netns).expect("veth pair");
-    let sim = Running::start(&veth.segment, veth.netns.as_deref(), devices, drop_after, None).expect("simulator");
+    let sim = Running::start(&veth.segment, veth.netns.as_deref(), devices, faults, None).expect("simulator");
     (veth, sim)
 }
 
 fn to_op_and_exchange(devices: u16, tag: &str, netns: bool) {
-    let (veth, sim) = segment(tag, devices, None, netns);
+    let (veth, sim) = segment(tag, devices, Faults::default(), netns);
     let mut m = Master::bring_up(&veth.master, Duration::from_millis(200)).expect("bring-up");
     assert_eq!(m.devices(), devices as usize);
     for (name, vendor, product) in m.identities() {
@@ -96,7 +96,7 @@ fn a_segment_that_drops_out_gives_lost_frames_and_a_clear_error() {
         return;
     }
     // Bring-up takes some hundred frames; the segment disappears after 3,000.
-    let (veth, sim) = segment("rtctd", 2, Some(3000), false);
+    let (veth, sim) = segment("rtctd", 2, Faults { drop_after: Some(3000), ..Faults::default() }, false);
     let mut m = Master::bring_up(&veth.master, Duration::from_millis(100)).expect("bring-up");
     let (mut ok, mut lost) = (0, 0);
     let mut last = String::new();
@@ -105,7 +105,7 @@ fn a_segment_that_drops_out_gives_lost_frames_and_a_clear_error() {
             Ok(()) => ok += 1,
             Err(e) => {
                 lost += 1;
-                last = e;
+                last = e.to_string();
                 if lost >= 10 {
                     break;
                 }
@@ -141,4 +141,46 @@ fn no_interface_no_devices_and_no_link_are_clear_errors() {
     let e = Master::bring_up(&veth.master, Duration::from_millis(20)).err().unwrap();
     drop(veth);
     assert!(e.contains("no EtherCAT device answered") || e.contains("finding the devices"), "{e}");
+}
+
+#[test]
+fn late_replies_and_wrong_working_counters_are_seen_and_the_master_goes_on() {
+    if !can_run() {
+        return;
+    }
+    // Every 50th reply is held 3 ms (past the 1 ms limit: that cycle and the two sent while the
+    // simulator holds it are lost, their replies come late); every 70th comes back one device short.
+    let faults = Faults {
+        late_every: Some(50),
+        late_by: Duration::from_millis(3),
+        wrong_wkc_every: Some(70),
+        ..Faults::default()
+    };
+    let (veth, sim) = segment("rtctf", 2, faults, false);
+    let mut m = Master::bring_up(&veth.master, Duration::from_millis(1)).expect("bring-up");
+    let (mut ok, mut lost, mut wrong) = (0, 0, 0);
+    for _ in 0..1000 {
+        match m.cycle() {
+            Ok(()) => ok += 1,
+            Err(CycleError::Lost { limit_us }) => {
+                assert_eq!(limit_us, 1000);
+                lost += 1;
+            }
+            Err(CycleError::WrongWorkingCounter { got, want }) => {
+                assert_eq!((got + 1, want), (6, 6), "2 devices, each read (1) and written (2)");
+                wrong += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    eprintln!("good {ok}, lost {lost}, wrong working counter {wrong}, late replies discarded {}", m.discarded());
+    // The late replies reached the master after their cycles had given up: dropped, counted, and the
+    // exchanges after them went through (ethercrab's own socket task would have ended on the first).
+    assert!(lost >= 20, "every 50th of about 1,000 replies is late: {lost} lost");
+    assert!(m.discarded() >= 10, "late replies discarded: {}", m.discarded());
+    assert!(wrong >= 5, "every 70th reply has a wrong working counter: {wrong}");
+    assert!(ok >= 700, "the master goes on between faults: {ok} of 1,000 good");
+    drop(m);
+    sim.stop().unwrap();
+    drop(veth);
 }

@@ -289,7 +289,7 @@ pub fn run_observed(
             &veth.segment,
             None,
             *devices,
-            *drop_after,
+            rtcell_ecat::sim::Faults { drop_after: *drop_after, ..Default::default() },
             Some(plan.master_cpu),
             Some(50),
         )

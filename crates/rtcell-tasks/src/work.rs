@@ -88,17 +88,18 @@ pub struct EcatBody<'a> {
     outputs: Option<SignalView<'a>>,
     out: SignalView<'a>,
     buf: Vec<f64>,
+    want: Vec<f64>,
 }
 
 impl EcatBody<'_> {
     fn cycle(&mut self, stats: &mut StatsWriter<'_>) -> Result<f64, String> {
         let n = self.master.devices();
         if let Some(o) = &self.outputs {
-            let mut want = vec![0.0; n];
-            let got = read_f64s(o, &mut want)?;
+            self.want.resize(n, 0.0);
+            let got = read_f64s(o, &mut self.want)?;
             // Value i for device i; a signal of fewer values repeats its last one for the rest.
             for i in 0..if got == 0 { 0 } else { n } {
-                let v = want[i.min(got - 1)];
+                let v = self.want[i.min(got - 1)];
                 let bits = (v.max(0.0) as u64 & 0xffff) as u16;
                 self.master.with_io(i, |_, out| {
                     if out.len() >= 2 {
@@ -108,11 +109,23 @@ impl EcatBody<'_> {
             }
         }
         stats.sent += 1;
-        if self.master.cycle().is_err() {
-            stats.recv_lost += 1;
-            return Ok(0.0);
+        let r = self.master.cycle();
+        // Replies that came after their cycle gave up on them, and frames the interface refused.
+        stats.late = self.master.discarded();
+        stats.send_fail = self.master.send_failed();
+        match r {
+            Ok(()) => stats.received += 1,
+            Err(rtcell_ecat::master::CycleError::Lost { .. }) => {
+                stats.recv_lost += 1;
+                return Ok(0.0);
+            }
+            // Back, but not valid (a device missed it or left OP): the inputs keep their last good values.
+            Err(_) => {
+                stats.received += 1;
+                stats.errors += 1;
+                return Ok(0.0);
+            }
         }
-        stats.received += 1;
         self.buf.clear();
         for i in 0..n {
             let (digital, analog) = self
@@ -327,7 +340,13 @@ impl<'a> Body<'a> {
                     Some(n) => Some(signal(region, n)?),
                     None => None,
                 };
-                Body::Ethercat(Box::new(EcatBody { master, outputs, out: need_out("an ethercat")?, buf: Vec::new() }))
+                Body::Ethercat(Box::new(EcatBody {
+                    master,
+                    outputs,
+                    out: need_out("an ethercat")?,
+                    buf: Vec::new(),
+                    want: Vec::new(),
+                }))
             }
             TaskWork::ComMaster { input, output, ids } => {
                 Body::ComMaster(Box::new(crate::cwork::ComMasterBody::prepare(region, input, output, *ids)?))

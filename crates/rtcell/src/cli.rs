@@ -300,7 +300,7 @@ enum Suite {
     /// activation jitter and cycle at each rate with frames sent, received and lost, and the highest
     /// cycle rate sustained back to back. Needs root (veth pair, raw sockets).
     #[command(
-        after_help = "Examples:\n  rtcell bench ethercat\n  rtcell bench ethercat --quick\n  rtcell bench ethercat --rates 20000 --duration 60s --devices 4"
+        after_help = "Examples:\n  rtcell bench ethercat\n  rtcell bench ethercat --quick\n  rtcell bench ethercat --rates 20000 --duration 60s --devices 4\n  rtcell bench ethercat --master-busy-poll --sim-sleeps"
     )]
     Ethercat {
         /// Simulated SubDevices on the segment.
@@ -325,6 +325,10 @@ enum Suite {
         /// to every round trip).
         #[arg(long)]
         sim_sleeps: bool,
+        /// Let the master task busy-poll for each reply instead of sleeping until it arrives (the
+        /// round trips are timed both ways regardless).
+        #[arg(long)]
+        master_busy_poll: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -562,7 +566,17 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
                 rtcell_bench::capi::CapiConfig { master_cpu: master, cell_cpu, steps, round_trips, priority: Some(80) };
             ("capi", common, Plan::Capi(cfg))
         }
-        Suite::Ethercat { devices, samples, rates, duration, cpu, master_cpu, sim_sleeps, common } => {
+        Suite::Ethercat {
+            devices,
+            samples,
+            rates,
+            duration,
+            cpu,
+            master_cpu,
+            sim_sleeps,
+            master_busy_poll,
+            common,
+        } => {
             let (sim_cpu, cell_cpu) = pick_cpus(master_cpu, cpu)?;
             let samples = samples.unwrap_or(if common.quick { 1_000 } else { 10_000 });
             let duration = match duration {
@@ -591,6 +605,7 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
                 priority: 80,
                 frame_timeout: std::time::Duration::from_millis(10),
                 sim_busy_poll: !sim_sleeps,
+                master_busy_poll,
             };
             ("ethercat", common, Plan::Ethercat(cfg))
         }

@@ -57,6 +57,11 @@ fn a_master_finds_the_devices_ecat_sim_serves_and_the_pair_is_removed_after() {
     // Bad options.
     let o = common::run(&["ecat-sim", "--devices", "2"]);
     assert_eq!(o.status.code(), Some(2), "{}", common::text(&o));
+    for bad in [&["--late-every", "0"][..], &["--late-by-us", "500"], &["--wrong-wkc-every", "x"]] {
+        let o = common::run(&[&["ecat-sim", "--veth", "rtce3"][..], bad].concat());
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", common::text(&o));
+    }
+    assert!(!links().contains("rtce3"), "nothing made on bad options: {}", links());
     // Without CAP_NET_RAW (as an unprivileged user): refused with the reason and the fix.
     let o = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
@@ -122,6 +127,7 @@ fn plc_ethercat(dir: &std::path::Path, duration: &str, extra: &str) -> (std::pro
     std::fs::write(&file, text).unwrap();
     let out = dir.join("out");
     let o = common::run(&["run", file.to_str().unwrap(), "--duration", duration, "--out", out.to_str().unwrap()]);
+    assert!(out.join("results.json").exists(), "no results.json: {}", common::text(&o));
     let doc = common::valid_results(&out);
     (o, doc)
 }

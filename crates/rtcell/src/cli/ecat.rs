@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use rtcell_ecat::net::Veth;
-use rtcell_ecat::sim::Running;
+use rtcell_ecat::sim::{Faults, Running};
 
 use super::{EXIT_USAGE, install_ctrlc};
 
@@ -17,6 +17,9 @@ pub const ECAT_SIM_HELP: &str = "Examples:
   rtcell ecat-sim --veth rtec --netns --devices 8
   rtcell ecat-sim --interface eth1 --devices 2
   rtcell ecat-sim --veth rtec --drop-after 100000   # the segment disappears after 100,000 frames
+  rtcell ecat-sim --veth rtec --late-every 1000 --late-by-us 2000 --wrong-wkc-every 5000
+                                             # faults a master must ride out: late replies, a device
+                                             # that misses a cycle
 
 Each simulated SubDevice is an I/O terminal described in its EEPROM (vendor 0x00000e1c, product
 0x52544331, order number RTC-SIM-IO): 16 digital outputs (2 bytes, SyncManager 0) echoed to 16 digital
@@ -43,6 +46,16 @@ pub struct EcatSimArgs {
     /// Disappear (stop answering) after this many frames: a segment lost mid-run.
     #[arg(long, value_name = "FRAMES")]
     drop_after: Option<u64>,
+    /// Hold back every Nth process-data reply by --late-by-us (a reply that misses its cycle).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    late_every: Option<u64>,
+    /// How long --late-every holds a reply back, in microseconds.
+    #[arg(long, value_name = "US", default_value_t = 2000, requires = "late_every")]
+    late_by_us: u64,
+    /// Return every Nth process-data reply with its working counter one short (a device that did not
+    /// process it).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    wrong_wkc_every: Option<u64>,
     /// Stop after this long (default: until Ctrl-C).
     #[arg(long)]
     duration: Option<String>,
@@ -78,7 +91,13 @@ pub fn main(a: EcatSimArgs) -> i32 {
         }
     };
     install_ctrlc();
-    let sim = match Running::start(&iface, netns.as_deref(), a.devices, a.drop_after, None) {
+    let faults = Faults {
+        drop_after: a.drop_after,
+        late_every: a.late_every,
+        late_by: Duration::from_micros(a.late_by_us),
+        wrong_wkc_every: a.wrong_wkc_every,
+    };
+    let sim = match Running::start(&iface, netns.as_deref(), a.devices, faults, None) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -102,8 +121,8 @@ pub fn main(a: EcatSimArgs) -> i32 {
     let code = match sim.stop() {
         Ok(c) => {
             println!(
-                "ecat-sim: {} frames answered ({} datagrams), {} refused as malformed, {} swallowed after the drop-out",
-                c.frames, c.datagrams, c.refused, c.dropped
+                "ecat-sim: {} frames answered ({} datagrams), {} refused as malformed, {} swallowed after the drop-out, {} replies the interface refused",
+                c.frames, c.datagrams, c.refused, c.dropped, c.send_failed
             );
             0
         }
