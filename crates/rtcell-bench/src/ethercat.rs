@@ -17,6 +17,7 @@ use rtcell_report::table::{Table, fmt_us};
 use rtcell_report::{Kind, Series, Suite, Unit, labels};
 
 use crate::latency::measure::{monotonic_ns as mono_ns, sleep_until};
+use crate::loads::{Load, RunningLoad};
 use crate::{BenchError, SuiteRun, stop_requested};
 
 #[derive(Debug, Clone)]
@@ -40,6 +41,8 @@ pub struct EthercatConfig {
     pub sim_busy_poll: bool,
     /// The periodic master task busy-polls for its replies instead of sleeping until they arrive.
     pub master_busy_poll: bool,
+    /// Load on every CPU but the master's (the simulator's included) while everything is measured.
+    pub load: Load,
 }
 
 /// How the master's side waits for a reply: both are timed.
@@ -87,18 +90,46 @@ pub fn run(tsc: &TscClock, cfg: &EthercatConfig) -> Result<SuiteRun, BenchError>
     crate::progress!("ethercat: simulated segment of {} device(s) on a veth pair ...", cfg.devices);
     let veth =
         Veth::create(&veth_name(), false).map_err(|e| tx(format!("veth pair: {e} (needs root and iproute2)")))?;
-    rtcell_ecat::sim::BUSY_POLL.store(cfg.sim_busy_poll, std::sync::atomic::Ordering::Relaxed);
-    let sim =
-        rtcell_ecat::sim::Running::start(&veth.segment, None, cfg.devices, Default::default(), Some(cfg.master_cpu))
-            .map_err(|e| tx(format!("simulator: {e}")))?;
+    // Under a load the simulator stands for hardware a host load cannot starve: it sleeps on its socket
+    // at SCHED_FIFO 50 (busy-polling at that priority would be stopped by RT throttling every second).
+    let loaded = cfg.load != Load::None;
+    rtcell_ecat::sim::BUSY_POLL.store(cfg.sim_busy_poll && !loaded, std::sync::atomic::Ordering::Relaxed);
+    let sim = rtcell_ecat::sim::Running::start_with(
+        &veth.segment,
+        None,
+        cfg.devices,
+        Default::default(),
+        Some(cfg.master_cpu),
+        loaded.then_some(50),
+    )
+    .map_err(|e| tx(format!("simulator: {e}")))?;
+    let mut load_warnings = Vec::new();
+    let load = RunningLoad::start_beside_master(cfg.load, cfg.master_cpu, cfg.cell_cpu, &mut load_warnings)?;
     let result = measure(tsc, cfg, &veth);
+    let load_bps = load.stop();
     let counters = sim.stop().map_err(tx)?;
     drop(veth);
     let (floor, master, periodic, max_rate, mut warnings) = result?;
+    warnings.extend(load_warnings.into_iter().map(|w| w.replace("the master loop", "the simulator")));
     if counters.refused > 0 {
         warnings.push(format!("the simulator refused {} malformed frame(s)", counters.refused));
     }
-    Ok(report(tsc, cfg, &floor, &master, &periodic, max_rate, warnings))
+    if counters.send_failed > 0 {
+        warnings.push(format!("the simulator could not send {} repl(ies)", counters.send_failed));
+    }
+    let mut run = report(tsc, cfg, &floor, &master, &periodic, max_rate, warnings);
+    if loaded {
+        run.text.push_str(&format!(
+            "Load: {} on every CPU but the master's (the simulator sleeping at SCHED_FIFO 50 beside it){}\n",
+            cfg.load.as_str(),
+            if load_bps > 0.0 { format!(", {:.1} GB/s copied", load_bps / 1e9) } else { String::new() }
+        ));
+    }
+    if let Some(c) = run.suite.config.as_object_mut() {
+        c.insert("load".into(), cfg.load.as_str().into());
+        c.insert("load_bytes_per_s".into(), load_bps.into());
+    }
+    Ok(run)
 }
 
 /// (floor, master) round trips per way of waiting ([`WAITS`]), periodic runs, back-to-back rate.

@@ -300,7 +300,7 @@ enum Suite {
     /// activation jitter and cycle at each rate with frames sent, received and lost, and the highest
     /// cycle rate sustained back to back. Needs root (veth pair, raw sockets).
     #[command(
-        after_help = "Examples:\n  rtcell bench ethercat\n  rtcell bench ethercat --quick\n  rtcell bench ethercat --rates 20000 --duration 60s --devices 4\n  rtcell bench ethercat --master-busy-poll --sim-sleeps"
+        after_help = "Examples:\n  rtcell bench ethercat\n  rtcell bench ethercat --quick\n  rtcell bench ethercat --rates 20000 --duration 60s --devices 4\n  rtcell bench ethercat --master-busy-poll --sim-sleeps\n  rtcell bench ethercat --load memcpy"
     )]
     Ethercat {
         /// Simulated SubDevices on the segment.
@@ -329,6 +329,8 @@ enum Suite {
         /// round trips are timed both ways regardless).
         #[arg(long)]
         master_busy_poll: bool,
+        #[arg(long, default_value = "none", help = rtcell_bench::loads::LOAD_HELP)]
+        load: String,
         #[command(flatten)]
         common: Common,
     },
@@ -575,6 +577,7 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
             master_cpu,
             sim_sleeps,
             master_busy_poll,
+            load,
             common,
         } => {
             let (sim_cpu, cell_cpu) = pick_cpus(master_cpu, cpu)?;
@@ -606,6 +609,7 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
                 frame_timeout: std::time::Duration::from_millis(10),
                 sim_busy_poll: !sim_sleeps,
                 master_busy_poll,
+                load: load.parse().map_err(|e| Usage(format!("--load: {e}")))?,
             };
             ("ethercat", common, Plan::Ethercat(cfg))
         }

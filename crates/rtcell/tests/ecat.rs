@@ -90,7 +90,8 @@ fn bench_ethercat_runs_briefly_with_every_frame_accounted() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("ec");
     let child = common::rtcell()
-        .args(["bench", "ethercat", "--quick", "--samples", "300", "--rates", "1000,5000", "--duration", "1s", "--out"])
+        .args(["bench", "ethercat", "--quick", "--samples", "300", "--rates", "1000,5000", "--duration", "1s"])
+        .args(["--load", "memcpy", "--out"])
         .arg(&out)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -103,7 +104,14 @@ fn bench_ethercat_runs_briefly_with_every_frame_accounted() {
     assert!(t.contains("master round trip / raw ping-pong (medians)"), "{t}");
     assert!(t.contains("ERIKA on Xen"), "the seeds' figures beside ours: {t}");
     let doc = common::valid_results(&out);
-    let frames = doc["suites"][0]["config"]["frames"].as_array().unwrap().clone();
+    let config = &doc["suites"][0]["config"];
+    assert_eq!(config["load"], "memcpy");
+    assert!(config["load_bytes_per_s"].as_f64().unwrap() > 0.0, "the load ran: {config}");
+    assert!(t.contains("Load: memcpy"), "{t}");
+    // Round trips timed both ways of waiting, each against its floor.
+    assert_eq!(config["ratio_master_over_floor"].as_array().map(Vec::len), Some(2), "{config}");
+    assert!(t.contains("both sleeping") && t.contains("both busy-polled"), "{t}");
+    let frames = config["frames"].as_array().unwrap().clone();
     assert_eq!(frames.len(), 2);
     for f in frames {
         let (s, r, l) = (f["sent"].as_u64().unwrap(), f["received"].as_u64().unwrap(), f["lost"].as_u64().unwrap());
