@@ -73,6 +73,8 @@ pub struct RawEthercat {
     pub drop_after: Option<u64>,
     /// How long a frame may be out before it counts as lost (default: 90% of the task's period).
     pub timeout_us: Option<u64>,
+    /// The master busy-polls for each reply instead of sleeping until it arrives (default false).
+    pub busy_poll: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -861,6 +861,7 @@ impl Validator<'_> {
                             simulated: None,
                             drop_after: None,
                             timeout_us: None,
+                            busy_poll: None,
                         }
                     });
                     if let Some(o) = outputs {
@@ -870,7 +871,8 @@ impl Validator<'_> {
                     // A frame out longer than most of the period is lost: the next cycle needs the socket.
                     let timeout_us = ec.timeout_us.unwrap_or(period_us.saturating_mul(9) / 10).max(1);
                     let interface = ec.interface.clone().unwrap_or_default();
-                    (TaskWork::Ethercat { interface, outputs: outputs.clone(), timeout_us }, 40.0)
+                    let busy_poll = ec.busy_poll.unwrap_or(false);
+                    (TaskWork::Ethercat { interface, outputs: outputs.clone(), timeout_us, busy_poll }, 40.0)
                 }
             };
             match (&t.output, needs_output) {

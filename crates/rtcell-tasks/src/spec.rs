@@ -159,7 +159,14 @@ pub enum TaskWork {
     /// to device i; a signal of fewer values repeats its last) and writes the inputs to the output signal (per device: the digital inputs, the analog
     /// input). A frame not back within `timeout_us` is lost (counted), and the cycle lasts that long, so a
     /// lost segment trips the task's watchdog.
-    Ethercat { interface: String, outputs: Option<String>, timeout_us: u64 },
+    /// `busy_poll`: the master spins for each reply instead of sleeping until it arrives.
+    Ethercat {
+        interface: String,
+        outputs: Option<String>,
+        timeout_us: u64,
+        #[serde(default)]
+        busy_poll: bool,
+    },
 }
 
 impl TaskWork {

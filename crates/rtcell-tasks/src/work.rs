@@ -333,9 +333,10 @@ impl<'a> Body<'a> {
                 lib.init();
                 Body::C(Box::new(lib))
             }
-            TaskWork::Ethercat { interface, outputs, timeout_us } => {
-                let master =
+            TaskWork::Ethercat { interface, outputs, timeout_us, busy_poll } => {
+                let mut master =
                     rtcell_ecat::master::Master::bring_up(interface, std::time::Duration::from_micros(*timeout_us))?;
+                master.set_busy_poll(*busy_poll);
                 let outputs = match outputs {
                     Some(n) => Some(signal(region, n)?),
                     None => None,

@@ -147,7 +147,8 @@ fn the_plc_example_exchanges_frames_with_the_simulated_segment() {
     }
     let _g = common::serial();
     let dir = tempfile::tempdir().unwrap();
-    let (o, doc) = plc_ethercat(dir.path(), "3s", "");
+    // The master busy-polls for its replies here; the drop-out test below has it sleeping.
+    let (o, doc) = plc_ethercat(dir.path(), "3s", "busy_poll = true");
     let t = common::text(&o);
     assert!(o.status.success(), "{t}");
     let task = common::outcome_task(&doc, "ethercat");
