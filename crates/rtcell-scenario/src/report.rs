@@ -130,6 +130,27 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             c.recv_lost
         ));
     }
+    for m in r.tasks.iter() {
+        let rtcell_tasks::TaskWork::Ethercat { interface, timeout_us, busy_poll, .. } = &m.spec.work else { continue };
+        let segment = match &plan.ethercat {
+            Some(crate::plan::PlanEthercat::Simulated { devices, .. }) => {
+                format!("a simulated segment of {devices} device(s) on {interface}")
+            }
+            _ => format!("interface {interface}"),
+        };
+        let c = &m.counters;
+        s.push_str(&format!(
+            "EtherCAT task {:?} ({segment}, master {} for replies): {} frames sent, {} received, {} lost (not back within {timeout_us} us, counting {} the interface refused to send); {} replies came after their cycle gave up (dropped); {} exchanges wrong (working counter short or a device out of OP; inputs kept their last good values)\n",
+            m.name,
+            if *busy_poll { "busy-polling" } else { "sleeping" },
+            c.sent,
+            c.received,
+            c.recv_lost,
+            c.send_fail,
+            c.late,
+            c.errors
+        ));
+    }
     for x in &r.tasks {
         if let Some(k) = x.counters.trip_cycle {
             s.push_str(&format!(

@@ -158,6 +158,12 @@ fn the_plc_example_exchanges_frames_with_the_simulated_segment() {
         (m["sent"].as_u64().unwrap(), m["received"].as_u64().unwrap(), m["lost"].as_u64().unwrap());
     assert!(sent > 2000, "a frame every 1 ms for 3 s: {m}");
     assert_eq!(sent, received + lost, "every frame accounted for: {m}");
+    // The same counts in the printed report.
+    assert!(t.contains("EtherCAT task \"ethercat\" (a simulated segment of 3 device(s) on "), "{t}");
+    assert!(
+        t.contains(&format!("master busy-polling for replies): {sent} frames sent, {received} received, {lost} lost")),
+        "{t}"
+    );
     // The inputs: each device echoes the PLC program's output (its cycle count, mod 2^16), and the ramp.
     let inputs: Vec<f64> = doc["suites"][0]["config"]["outcome"]["signals"]["ecat_in"]
         .as_array()
@@ -190,5 +196,6 @@ fn a_segment_lost_mid_run_trips_the_watchdog_and_writes_the_safe_value() {
     let task = common::outcome_task(&doc, "ethercat");
     assert_eq!(task["state"], "tripped", "{t}");
     assert!(task["messages"]["lost"].as_u64().unwrap() >= 20, "{}", task["messages"]);
+    assert!(t.contains("master sleeping for replies): "), "{t}");
     assert!(t.contains("its output \"ecat_in\" holds [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]"), "{t}");
 }
