@@ -6,7 +6,7 @@
 //! guest must not write (the header and channels it only reads), when the layout is page-aligned.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -204,16 +204,22 @@ const KICK_WATCHDOG: u8 = 2;
 
 /// What the supervisor shares with the vCPU thread.
 struct Shared {
-    /// pthread_t of the vCPU thread, 0 until it runs.
-    tid: AtomicUsize,
-    /// Address of the vCPU's `kvm_run` (for `immediate_exit`).
-    run_ptr: AtomicUsize,
+    /// What a kick may touch while the vCPU thread is alive; both cleared under the lock before the
+    /// thread unmaps `kvm_run` and exits, so a kick never writes freed memory or signals a dead thread.
+    target: Mutex<KickTarget>,
     kick: AtomicU8,
     /// Heartbeat silence that tripped the watchdog, ns.
     watchdog_ns: AtomicU64,
     end: Mutex<Option<VmEnd>>,
     logs: Mutex<Vec<String>>,
     finished: AtomicBool,
+}
+
+/// The vCPU thread's `kvm_run` address (for `immediate_exit`) and pthread_t; 0 when not (or no longer) there.
+#[derive(Default)]
+struct KickTarget {
+    run: usize,
+    tid: usize,
 }
 
 /// A running KVM cell.
@@ -457,8 +463,7 @@ impl KvmCell {
 
         install_kick_handler();
         let shared = Arc::new(Shared {
-            tid: AtomicUsize::new(0),
-            run_ptr: AtomicUsize::new(0),
+            target: Mutex::new(KickTarget::default()),
             kick: AtomicU8::new(KICK_NONE),
             watchdog_ns: AtomicU64::new(0),
             end: Mutex::new(None),
@@ -466,7 +471,7 @@ impl KvmCell {
             finished: AtomicBool::new(false),
         });
         let mut machine = Machine { vcpu, _vm: vm, ram, region: Arc::clone(&cfg.region), readonly };
-        shared.run_ptr.store(machine.vcpu.get_kvm_run() as *mut _ as usize, Ordering::Release);
+        lock_target(&shared).run = machine.vcpu.get_kvm_run() as *mut _ as usize;
         let sh = Arc::clone(&shared);
         let (name, cpu, priority, lock) = (cfg.name.clone(), cfg.cpu, cfg.priority, cfg.lock_memory);
         let vcpu_thread = std::thread::Builder::new()
@@ -557,18 +562,25 @@ impl Drop for KvmCell {
     }
 }
 
+/// The kick target, also after a panic elsewhere poisoned the lock (the two words stay consistent).
+fn lock_target(shared: &Shared) -> std::sync::MutexGuard<'_, KickTarget> {
+    shared.target.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn kick(shared: &Shared, reason: u8) {
     let _ = shared.kick.compare_exchange(KICK_NONE, reason, Ordering::AcqRel, Ordering::Acquire);
-    let run = shared.run_ptr.load(Ordering::Acquire) as *mut kvm_bindings::kvm_run;
+    // Held across both writes: the vCPU thread clears the target under this lock before it unmaps
+    // `kvm_run` and exits, so neither can vanish in between.
+    let target = lock_target(shared);
+    let run = target.run as *mut kvm_bindings::kvm_run;
     if !run.is_null() {
-        // SAFETY: `run` is the vCPU's kvm_run mapping, alive until the vCPU fd closes, which happens only
-        // after `finished` is set; KVM documents `immediate_exit` as written by other threads to stop KVM_RUN.
+        // SAFETY: `run` is the vCPU's kvm_run mapping, still mapped because the target is non-zero under
+        // the lock; KVM documents `immediate_exit` as written by other threads to stop KVM_RUN.
         unsafe { std::ptr::addr_of_mut!((*run).immediate_exit).write_volatile(1) };
     }
-    let tid = shared.tid.load(Ordering::Acquire);
-    if tid != 0 && !shared.finished.load(Ordering::Acquire) {
-        // SAFETY: tid is the vCPU thread's pthread_t, which lives until `finished` is set.
-        unsafe { libc::pthread_kill(tid as libc::pthread_t, kick_signal()) };
+    if target.tid != 0 {
+        // SAFETY: tid is the vCPU thread's pthread_t, alive because it is non-zero under the lock.
+        unsafe { libc::pthread_kill(target.tid as libc::pthread_t, kick_signal()) };
     }
 }
 
@@ -653,16 +665,29 @@ fn fault_report(ram: &GuestRam, vector: u64) -> String {
 
 fn vcpu_main(mut m: Machine, shared: Arc<Shared>, name: &str, cpu: usize, priority: Option<i32>, lock: bool) {
     // SAFETY: pthread_self has no preconditions.
-    shared.tid.store(unsafe { libc::pthread_self() } as usize, Ordering::Release);
+    lock_target(&shared).tid = unsafe { libc::pthread_self() } as usize;
+    // Clears the kick target before `m` (a parameter, so dropped after this local) unmaps `kvm_run`,
+    // also if the loop panics.
+    let target = ClearOnDrop(&shared);
     let end = match apply_rt(&RtRequest { cpu: Some(cpu), fifo_priority: priority, lock_memory: lock }) {
         Err(e) => VmEnd::Fault(format!("real-time setup of the vCPU thread failed: {e}")),
         Ok(_) if shared.kick.load(Ordering::Acquire) != KICK_NONE => VmEnd::Stopped,
         Ok(_) => run_loop(&mut m, &shared),
     };
     record_end(&m, &shared, name, end);
+    drop(target);
     shared.finished.store(true, Ordering::Release);
     // Back to normal scheduling before the fds close (closing may take time on a nested host).
     let _ = rtcell_host::sched::set_normal();
+}
+
+/// Empties the kick target when dropped: from then on no kick touches `kvm_run` or the vCPU thread.
+struct ClearOnDrop<'a>(&'a Shared);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        *lock_target(self.0) = KickTarget::default();
+    }
 }
 
 fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {

@@ -44,21 +44,7 @@ fn region() -> Arc<SharedMemory> {
 }
 
 fn boot(code: &[u8], handlers: bool) -> VmEnd {
-    let cfg = KvmConfig {
-        name: "hm".into(),
-        payload_name: "handmade".into(),
-        payload: tiny_elf(code).into(),
-        args: String::new(),
-        cpu: 1,
-        priority: None,
-        lock_memory: false,
-        ram_size: 2 << 20,
-        region: region(),
-        guest_writable: vec![],
-        exception_handlers: handlers,
-        tsc_khz: 1_000_000,
-        watchdog: None,
-    };
+    let cfg = KvmConfig { exception_handlers: handlers, ..config(code) };
     let cell = KvmCell::start(cfg).unwrap();
     let t0 = std::time::Instant::now();
     while !cell.is_finished() && t0.elapsed() < Duration::from_secs(10) {
@@ -103,4 +89,54 @@ fn write_to_boot_info_is_a_page_fault() {
     // mov rax, 0x1000; mov [rax], eax
     let e = boot(&[0x48, 0xB8, 0, 0x10, 0, 0, 0, 0, 0, 0, 0x89, 0x00], true);
     assert!(matches!(&e, VmEnd::Fault(m) if m.contains("page fault") && m.contains("0x1000")), "{e:?}");
+}
+
+fn config(code: &[u8]) -> KvmConfig {
+    KvmConfig {
+        name: "hm".into(),
+        payload_name: "handmade".into(),
+        payload: tiny_elf(code).into(),
+        args: String::new(),
+        cpu: 1,
+        priority: None,
+        lock_memory: false,
+        ram_size: 2 << 20,
+        region: region(),
+        guest_writable: vec![],
+        exception_handlers: true,
+        tsc_khz: 1_000_000,
+        watchdog: None,
+    }
+}
+
+/// Kicks (stop requests, watchdog trips) can come while the vCPU thread ends and closes its vCPU: a kick
+/// must then neither write the unmapped `kvm_run` nor signal the gone thread (that was a SIGSEGV).
+#[test]
+fn kicks_while_and_after_the_vm_ends_are_harmless() {
+    let mut code = vec![0xB8, 42, 0, 0, 0, 0xA3];
+    code.extend_from_slice(&rtcell_guest::abi::hypercall_gpa(rtcell_guest::abi::HC_DONE).to_le_bytes());
+    code.extend_from_slice(&[0xEB, 0xFE]);
+    for round in 0..30 {
+        let cell = KvmCell::start(config(&code)).unwrap();
+        let ended = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !ended.load(std::sync::atomic::Ordering::Relaxed) {
+                    cell.kick();
+                    // As often as a supervisor's stop loop kicks, without flooding the thread with signals.
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            });
+            let t0 = std::time::Instant::now();
+            while !cell.is_finished() && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Past `finished` the thread closes the vCPU and unmaps kvm_run; keep kicking through that.
+            std::thread::sleep(Duration::from_millis(20));
+            ended.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        cell.kick();
+        let end = cell.stop(Duration::from_secs(1));
+        assert!(matches!(end, VmEnd::Done(42) | VmEnd::Stopped), "round {round}: {end:?}");
+    }
 }
