@@ -46,20 +46,29 @@ fn region() -> Arc<SharedMemory> {
 fn boot(code: &[u8], handlers: bool) -> VmEnd {
     let cfg = KvmConfig { exception_handlers: handlers, ..config(code) };
     let cell = KvmCell::start(cfg).unwrap();
+    wait_finished(&cell);
+    cell.stop(Duration::from_secs(1))
+}
+
+/// Waits up to 10 s for the VM to end on its own.
+fn wait_finished(cell: &KvmCell) {
     let t0 = std::time::Instant::now();
     while !cell.is_finished() && t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(1));
     }
-    cell.stop(Duration::from_secs(1))
+}
+
+/// mov eax, 42; mov [hypercall_gpa(HC_DONE)], eax; jmp $
+fn done_42() -> Vec<u8> {
+    let mut code = vec![0xB8, 42, 0, 0, 0, 0xA3];
+    code.extend_from_slice(&rtcell_guest::abi::hypercall_gpa(rtcell_guest::abi::HC_DONE).to_le_bytes());
+    code.extend_from_slice(&[0xEB, 0xFE]);
+    code
 }
 
 #[test]
 fn done_hypercall_returns_the_exit_code() {
-    // mov eax, 42; mov [hypercall_gpa(HC_DONE)], eax; jmp $
-    let mut code = vec![0xB8, 42, 0, 0, 0, 0xA3];
-    code.extend_from_slice(&rtcell_guest::abi::hypercall_gpa(rtcell_guest::abi::HC_DONE).to_le_bytes());
-    code.extend_from_slice(&[0xEB, 0xFE]);
-    assert_eq!(boot(&code, true), VmEnd::Done(42));
+    assert_eq!(boot(&done_42(), true), VmEnd::Done(42));
 }
 
 #[test]
@@ -113,9 +122,7 @@ fn config(code: &[u8]) -> KvmConfig {
 /// must then neither write the unmapped `kvm_run` nor signal the gone thread (that was a SIGSEGV).
 #[test]
 fn kicks_while_and_after_the_vm_ends_are_harmless() {
-    let mut code = vec![0xB8, 42, 0, 0, 0, 0xA3];
-    code.extend_from_slice(&rtcell_guest::abi::hypercall_gpa(rtcell_guest::abi::HC_DONE).to_le_bytes());
-    code.extend_from_slice(&[0xEB, 0xFE]);
+    let code = done_42();
     for round in 0..30 {
         let cell = KvmCell::start(config(&code)).unwrap();
         let ended = std::sync::atomic::AtomicBool::new(false);
@@ -127,10 +134,7 @@ fn kicks_while_and_after_the_vm_ends_are_harmless() {
                     std::thread::sleep(Duration::from_micros(200));
                 }
             });
-            let t0 = std::time::Instant::now();
-            while !cell.is_finished() && t0.elapsed() < Duration::from_secs(10) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_finished(&cell);
             // Past `finished` the thread closes the vCPU and unmaps kvm_run; keep kicking through that.
             std::thread::sleep(Duration::from_millis(20));
             ended.store(true, std::sync::atomic::Ordering::Relaxed);
