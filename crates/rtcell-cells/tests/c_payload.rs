@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rtcell_cells::{Cell, CellError, CellKind, CellSpec, CellStatus, VmOptions, WorkloadSpec, control};
 use rtcell_shm::mapping::SharedMemory;
-use rtcell_shm::{ComConfig, ComView, Freshness, RegionLayout, RegionView, SignalDef};
+use rtcell_shm::{ComConfig, ComError, ComView, Freshness, RegionLayout, RegionView, SignalDef};
 
 /// Signal the host sends (channel `m2c`) and the C step echoes back as signal `ECHO` (channel `c2m`).
 const PING: u16 = 1;
@@ -243,7 +243,12 @@ fn drive(shm: &SharedMemory, n: u32) -> Vec<Duration> {
         m2c.send_signal(PING, &v.to_le_bytes()).unwrap();
         let mut buf = [0u8; 4];
         loop {
-            let (len, fresh) = c2m.receive_signal(ECHO, &mut buf, &mut seen).unwrap();
+            // Busy: the guest's vCPU was stopped by the host mid-write on every retry; read again.
+            let (len, fresh) = match c2m.receive_signal(ECHO, &mut buf, &mut seen) {
+                Ok(read) => read,
+                Err(ComError::Busy) => (0, Freshness::Old),
+                Err(e) => panic!("echo of value {v}: {e:?}"),
+            };
             if fresh == Freshness::New {
                 assert_eq!(len, 4);
                 let got = u32::from_le_bytes(buf);

@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rtcell_shm::SignalError;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
@@ -241,7 +242,24 @@ impl GatewayApi for Service {
         let region = live.region().map_err(Status::internal)?;
         let view = region.signal(&sig.name).map_err(|e| Status::internal(format!("signal {name:?}: {e}")))?;
         let mut values = vec![0.0; sig.values as usize];
-        let n = rtcell_tasks::work::read_f64s(&view, &mut values).map_err(Status::data_loss)?;
+        // Busy: the writer was preempted mid-update on every retry of the read; give it a moment and
+        // read again a few times before telling the client to.
+        let mut tries = 0;
+        let n = loop {
+            match rtcell_tasks::work::try_read_f64s(&view, &mut values) {
+                Ok(n) => break n,
+                Err(SignalError::Busy) if tries < 10 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                Err(SignalError::Busy) => {
+                    return Err(Status::unavailable(format!(
+                        "signal {name:?} was mid-update on every read; try again"
+                    )));
+                }
+                Err(e) => return Err(Status::data_loss(format!("signal {name:?}: {e:?}"))),
+            }
+        };
         values.truncate(n);
         let seq = view.seq_word().load(std::sync::atomic::Ordering::Acquire);
         Ok(Response::new(pb::SignalValue {

@@ -6,7 +6,7 @@ use std::io::{BufWriter, Write};
 
 use rtcell_control::offload::{Precision, Reply, Request};
 use rtcell_host::tsc::rdtsc_ordered;
-use rtcell_shm::{Consumer, Producer, RecvError, RegionView, SendError, SignalView};
+use rtcell_shm::{Consumer, Producer, RecvError, RegionView, SendError, SignalError, SignalView};
 
 use crate::clock::mono_ns;
 use crate::dynamics::{DOF, GRAVITY, PUMA560, inverse_dynamics, quintic};
@@ -28,9 +28,14 @@ pub fn write_f64s(sig: &SignalView<'_>, values: &[f64]) -> Result<(), String> {
 
 /// Reads up to `out.len()` f64 values from `sig`; returns how many it held (0 if never written).
 pub fn read_f64s(sig: &SignalView<'_>, out: &mut [f64]) -> Result<usize, String> {
+    try_read_f64s(sig, out).map_err(|e| format!("signal read: {e:?}"))
+}
+
+/// `read_f64s` with the signal's own error, for callers that retry on `Busy`.
+pub fn try_read_f64s(sig: &SignalView<'_>, out: &mut [f64]) -> Result<usize, SignalError> {
     let mut buf = [0u8; MAX_SIGNAL_VALUES * 8];
     let mut seen = 0u64;
-    let (len, _) = sig.read(&mut buf, &mut seen).map_err(|e| format!("signal read: {e:?}"))?;
+    let (len, _) = sig.read(&mut buf, &mut seen)?;
     let n = (len / 8).min(out.len());
     for (slot, chunk) in out.iter_mut().zip(buf[..n * 8].chunks_exact(8)) {
         let mut b = [0u8; 8];

@@ -115,6 +115,13 @@ fn the_watchdog_trips_stops_the_task_and_writes_its_safe_value() {
     let mut v = [0.0];
     assert_eq!(rtcell_tasks::work::read_f64s(&sig, &mut v).unwrap(), 1);
     assert_eq!(v[0], -7.5);
+
+    // A writer stopped mid-update (odd sequence) reads as Busy, which readers retry, not as a bad value.
+    let seq = sig.seq_word().fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    assert_eq!(rtcell_tasks::work::try_read_f64s(&sig, &mut v), Err(rtcell_shm::SignalError::Busy));
+    sig.seq_word().store(seq, std::sync::atomic::Ordering::Release);
+    assert_eq!(rtcell_tasks::work::try_read_f64s(&sig, &mut v), Ok(1));
+    assert_eq!(v[0], -7.5);
 }
 
 #[test]
