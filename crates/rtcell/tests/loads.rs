@@ -132,11 +132,42 @@ fn watch(mut child: Child, dir: &Path, mut act: impl FnMut(&[Proc]) -> bool) -> 
         if !acted {
             acted = act(&now);
         }
-        assert!(t0.elapsed() < Duration::from_secs(120), "the run did not end");
+        if t0.elapsed() > Duration::from_secs(120) {
+            // Say where everything was stuck, then leave nothing running for the tests after this one.
+            let state = where_stuck(child.id(), &now);
+            let _ = child.kill();
+            for p in &now {
+                // SAFETY: SIGKILL to the process group of a load process of the run this test started.
+                unsafe { libc::kill(-(p.pgid as i32), libc::SIGKILL) };
+            }
+            let _ = child.wait();
+            let stderr = String::from_utf8_lossy(&std::fs::read(dir.join("stderr")).unwrap_or_default()).into_owned();
+            panic!("the run did not end in 120 s (killed now)\n{state}\nits stderr:\n{stderr}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     };
     let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
     (Output { status, stdout: read("stdout"), stderr: read("stderr") }, seen)
+}
+
+/// Each thread of rtcell (`pid`) and each of its load processes: name, state, kernel wait channel and,
+/// when readable (root), kernel stack.
+fn where_stuck(pid: u32, loads: &[Proc]) -> String {
+    // A thread's /proc/TID is there though /proc does not list it.
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.flatten().filter_map(|t| t.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    tids.extend(loads.iter().map(|p| p.pid));
+    let mut out = String::new();
+    for tid in tids {
+        let read = |f: &str| std::fs::read_to_string(format!("/proc/{tid}/{f}")).unwrap_or_default();
+        let (comm, state) = stat(tid).map_or((String::new(), '?'), |(comm, state, _, _)| (comm, state));
+        out.push_str(&format!("{tid} ({comm}) state {state} wchan {}\n", read("wchan")));
+        for line in read("stack").lines() {
+            out.push_str(&format!("    {line}\n"));
+        }
+    }
+    out
 }
 
 /// Whether stress-ng is here: in CI it must be (scripts/setup installs it).
