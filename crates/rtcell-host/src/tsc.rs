@@ -480,7 +480,7 @@ mod tests {
         let clock = match TscClock::calibrate() {
             Ok(c) => c,
             Err(e @ TscError::Unstable { .. }) => {
-                eprintln!("skipped: {e}");
+                rtcell_testkit::skip(&e.to_string());
                 return;
             }
             Err(e) => panic!("{e}"),

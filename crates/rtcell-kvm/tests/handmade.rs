@@ -44,6 +44,7 @@ fn region() -> Arc<SharedMemory> {
 }
 
 fn boot(code: &[u8], handlers: bool) -> VmEnd {
+    let _cpu = rtcell_testkit::cell_cpu();
     let cfg = KvmConfig { exception_handlers: handlers, ..config(code) };
     let cell = KvmCell::start(cfg).unwrap();
     wait_finished(&cell);
@@ -123,6 +124,7 @@ fn config(code: &[u8]) -> KvmConfig {
 #[test]
 fn kicks_while_and_after_the_vm_ends_are_harmless() {
     let code = done_42();
+    let _cpu = rtcell_testkit::cell_cpu();
     for round in 0..30 {
         let cell = KvmCell::start(config(&code)).unwrap();
         let ended = std::sync::atomic::AtomicBool::new(false);

@@ -254,11 +254,8 @@ mod tests {
     #[test]
     fn the_gnuplot_script_draws_every_histogram() {
         // gnuplot comes with scripts/setup; in CI its absence is a failure, elsewhere a skip.
-        if std::process::Command::new("gnuplot").arg("--version").output().is_err() {
-            assert!(std::env::var("CI").is_err(), "gnuplot is missing: scripts/setup installs gnuplot-nox");
-            eprintln!("skipped: gnuplot is not installed (scripts/setup installs gnuplot-nox)");
-            return;
-        }
+        let have = std::process::Command::new("gnuplot").arg("--version").output().is_ok();
+        rtcell_testkit::require!(have, "gnuplot is not installed (scripts/setup installs gnuplot-nox)");
         let dir = tempfile::tempdir().unwrap();
         let out = write_exports(&doc(), dir.path()).unwrap();
         let o = std::process::Command::new("gnuplot").arg("plot.gp").current_dir(dir.path()).output().unwrap();

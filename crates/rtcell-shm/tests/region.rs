@@ -347,8 +347,9 @@ fn named_regions_and_stale_detection() {
 const CHILD_ENV: &str = "RTCELL_SHM_TEST_CHILD_REGION";
 const CROSS_MESSAGES: u64 = 200_000;
 
-/// The other process of `ring_between_processes`: does nothing unless started by it.
+/// The other process of `ring_between_processes`, which starts it with `--ignored`: not a test of its own.
 #[test]
+#[ignore = "the child process of ring_between_processes, started by it"]
 fn child_consumer() {
     let Ok(name) = std::env::var(CHILD_ENV) else {
         return;
@@ -380,7 +381,7 @@ fn ring_between_processes() {
     let (m, _) = SharedMemory::create_named(&name, layout.size_bytes()).unwrap();
     layout.init(m.words(), std::process::id()).unwrap();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_consumer", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "child_consumer", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, &name)
         .stdout(std::process::Stdio::null())
         .spawn()

@@ -1,7 +1,6 @@
 //! The executive on real threads: cycle counts, the two missed-cycle policies, the watchdog and the
 //! safe value. Counts and states are asserted, never timings.
 
-use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -33,10 +32,6 @@ fn spin_task(name: &str, period_ms: u64, us: f64, inject: Option<Inject>, missed
     }
 }
 
-/// The tests pin their tasks to the same CPU: run one task set at a time, or one test's injected long
-/// cycle preempts the other's tasks and changes their counts.
-static ONE_SET_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 /// Runs `tasks` for `dur` and returns the region's memory for reading the results.
 fn run(tasks: &[TaskSpec], signals: &[&str], dur: Duration) -> SharedMemory {
     run_with_rings(tasks, signals, &[], dur)
@@ -44,7 +39,9 @@ fn run(tasks: &[TaskSpec], signals: &[&str], dur: Duration) -> SharedMemory {
 
 /// As [`run`], with rings of 32-byte frames (`name`, capacity in frames).
 fn run_with_rings(tasks: &[TaskSpec], signals: &[&str], rings: &[(&str, u32)], dur: Duration) -> SharedMemory {
-    let _one = ONE_SET_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // The tests pin their tasks to the cell CPU: one task set at a time (across test binaries too), or one
+    // test's injected long cycle preempts the other's tasks and changes their counts.
+    let _one = rtcell_testkit::cell_cpu();
     let mut l = RegionLayout::new();
     rtcell_tasks::add_schedule_to_layout(&mut l).unwrap();
     for t in tasks {

@@ -37,12 +37,26 @@ fn this_test() -> (String, String) {
 /// # Panics
 /// In CI, always: a missing facility there is a failure.
 pub fn skip(reason: &str) {
+    record("", reason);
+}
+
+/// A part of a test that cannot run here (e.g. the kvm mode of a benchmark on a machine without KVM)
+/// while the rest runs: in CI a failure; elsewhere printed and recorded, and `scripts/test` shows the test
+/// as ok with the part it skipped, and lists it.
+///
+/// # Panics
+/// In CI, always.
+pub fn skip_part(reason: &str) {
+    record("part: ", reason);
+}
+
+fn record(kind: &str, reason: &str) {
     let (binary, test) = this_test();
     assert!(!in_ci(), "{test}: cannot run here and CI must run it: {reason}");
-    eprintln!("skipped: {test}: {reason}");
+    eprintln!("skipped: {kind}{test}: {reason}");
     let Some(path) = std::env::var_os("RTCELL_TEST_SKIPS") else { return };
     // One line per skip, written with one append so that tests skipping at once never interleave.
-    let line = format!("{binary}\t{test}\t{}\n", reason.replace(['\n', '\t'], " "));
+    let line = format!("{binary}\t{test}\t{kind}{}\n", reason.replace(['\n', '\t'], " "));
     let written =
         OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| f.write_all(line.as_bytes()));
     if let Err(e) = written {

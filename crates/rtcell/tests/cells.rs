@@ -45,11 +45,10 @@ fn echo_once(shm: &SharedMemory, msg: &[u8]) -> Vec<u8> {
     }
 }
 
-/// These tests count this process's file descriptors: run them one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// These tests run cells on the cell CPU and count this process's file descriptors: one at a time (the
+/// cell CPU's lock also serialises the tests of this binary).
+fn serial() -> rtcell_testkit::CellCpuGuard {
+    rtcell_testkit::cell_cpu()
 }
 
 fn open_fds() -> usize {

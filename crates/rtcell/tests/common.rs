@@ -28,11 +28,10 @@ pub fn test_home() -> &'static Path {
     })
 }
 
-/// Benchmarks busy-poll both CPUs at real-time priority: run them one at a time.
-pub static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+/// Benchmarks and runs busy-poll the cell CPU at real-time priority: one at a time, across test binaries
+/// too (the test kit's lock on the cell CPU).
+pub fn serial() -> rtcell_testkit::CellCpuGuard {
+    rtcell_testkit::cell_cpu()
 }
 
 pub fn run(args: &[&str]) -> Output {

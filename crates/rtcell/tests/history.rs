@@ -525,12 +525,8 @@ impl PgServer {
             .unwrap_or_default();
         bins.sort_by_key(|b| b.parent().and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok()).unwrap_or(0));
         let Some(bin) = bins.pop() else {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb): scripts/setup installs it"
-            );
-            eprintln!(
-                "skipped: PostgreSQL is not installed here (scripts/setup installs it; CI=true makes this a failure)"
+            rtcell_testkit::skip(
+                "PostgreSQL is not installed (/usr/lib/postgresql/*/bin/initdb): scripts/setup installs it",
             );
             return None;
         };

@@ -26,8 +26,7 @@ fn two_cpus() -> bool {
     if n >= 2 {
         return true;
     }
-    assert!(std::env::var("CI").is_err(), "CI must have two online CPUs (found {n})");
-    eprintln!("skipped: the cross-CPU placement needs two online CPUs, this machine has {n}");
+    rtcell_testkit::skip(&format!("the cross-CPU placement needs two online CPUs, this machine has {n}"));
     false
 }
 

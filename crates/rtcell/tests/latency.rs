@@ -14,8 +14,7 @@ fn kvm_or_skip() -> bool {
     if status.is_usable() {
         return true;
     }
-    assert!(std::env::var("CI").is_err(), "CI must have a usable /dev/kvm: {}", status.explain());
-    eprintln!("kvm mode skipped: {}", status.explain());
+    rtcell_testkit::skip_part(&format!("the kvm mode: {}", status.explain()));
     false
 }
 
@@ -26,8 +25,7 @@ fn cyclictest_or_skip() -> bool {
     if std::env::split_paths(&path).any(|d| d.join("cyclictest").is_file()) {
         return true;
     }
-    assert!(std::env::var("CI").is_err(), "CI must have cyclictest: scripts/setup installs rt-tests");
-    eprintln!("skipped: cyclictest is not installed (apt-get install rt-tests)");
+    rtcell_testkit::skip("cyclictest is not installed (scripts/setup installs rt-tests)");
     false
 }
 

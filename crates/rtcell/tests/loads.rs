@@ -175,8 +175,7 @@ fn stress_ng_installed() -> bool {
     if rtcell_bench::loads::find_program("stress-ng").is_some() {
         return true;
     }
-    assert!(std::env::var("CI").is_err(), "CI must have stress-ng: scripts/setup installs it");
-    eprintln!("skipped: stress-ng is not installed here (apt-get install stress-ng)");
+    rtcell_testkit::skip("stress-ng is not installed here (scripts/setup installs it)");
     false
 }
 
