@@ -8,7 +8,11 @@
 //! - [`cell_cpu`]: the lock every test takes before it uses the cell CPU (CPU 1), held across test
 //!   binaries and processes (an advisory `flock` on one file), so two tests never busy-poll it at once.
 //!
+//! - [`fuzz`]: the harness of every `fuzz_*` target (budget, seed, replay and closing lines).
+//!
 //! It depends on nothing of rtcell's, so every crate's tests may use it.
+
+pub mod fuzz;
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
