@@ -105,6 +105,9 @@ impl<'a> SignalView<'a> {
             len = l;
             Ok(())
         })?;
+        // An earlier attempt may have copied a value before a retry saw "never written" (a peer can store
+        // 0 in the sequence word): that value is not the answer.
+        let len = if seq == 0 { 0 } else { len };
         Ok((len, Self::freshness(seq, last_seen)))
     }
 

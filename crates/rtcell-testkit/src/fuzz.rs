@@ -26,8 +26,9 @@
 //! ([`Fuzz::rng`] with distinct stream numbers), so a replay produces the same inputs per thread; the
 //! interleaving of racing threads is, by design, not replayable.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 pub use rand::rngs::SmallRng;
 pub use rand::{Rng, RngCore, SeedableRng};
@@ -44,7 +45,7 @@ pub struct Fuzz {
     cases: u64,
     seed: u64,
     start: Instant,
-    done: AtomicU64,
+    done: Arc<AtomicU64>,
     counters: Vec<(&'static str, AtomicU64)>,
     finished: bool,
 }
@@ -120,7 +121,7 @@ impl Fuzz {
             cases,
             seed,
             start: Instant::now(),
-            done: AtomicU64::new(0),
+            done: Arc::new(AtomicU64::new(0)),
             counters: Vec::new(),
             finished: false,
         }
@@ -162,6 +163,36 @@ impl Fuzz {
         self.done.load(Ordering::Relaxed)
     }
 
+    /// Starts a watchdog: when no case is counted for `stall` (generous: a hang, not a slow machine), it
+    /// prints the seed and the replay line and aborts the process (a hung call never returns, so the test
+    /// could not fail otherwise). Stops when the returned guard is dropped.
+    pub fn watchdog(&self, stall: Duration) -> Watchdog {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (done, stop2) = (Arc::clone(&self.done), Arc::clone(&stop));
+        let (name, seed, cases) = (self.name.clone(), self.seed, self.cases);
+        let thread = std::thread::Builder::new()
+            .name(format!("{name}-watchdog"))
+            .spawn(move || {
+                let (mut last, mut since) = (done.load(Ordering::Relaxed), Instant::now());
+                while !stop2.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    let now = done.load(Ordering::Relaxed);
+                    if now != last {
+                        (last, since) = (now, Instant::now());
+                    } else if since.elapsed() > stall {
+                        eprintln!(
+                            "fuzz {name}: FINDING: HANG: no case finished for {} s after {now} cases, seed {seed}; \
+                             replay: {SEED_VAR}={seed} {CASES_VAR}={cases}",
+                            stall.as_secs()
+                        );
+                        std::process::abort();
+                    }
+                }
+            })
+            .unwrap_or_else(|e| panic!("cannot start the fuzz watchdog: {e}"));
+        Watchdog { stop, thread: Some(thread) }
+    }
+
     /// Declares the named coverage counters this target reports at the end (how many cases reached each
     /// depth of the code under test); call before the cases run. Counted with [`Fuzz::hit`] by index.
     #[must_use]
@@ -200,6 +231,22 @@ impl Fuzz {
         }
         let secs = self.start.elapsed().as_secs_f64();
         println!("fuzz {}: {done} cases, seed {}, {secs:.1} s, 0 findings", self.name, self.seed);
+    }
+}
+
+/// A running [`Fuzz::watchdog`]; dropping it stops the watchdog.
+#[derive(Debug)]
+pub struct Watchdog {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
