@@ -318,8 +318,8 @@ fn fuzz_region() {
             while fuzz.done() < fuzz.cases() {
                 let base = peer.disarm();
                 layout.init(words, 4242).expect("fits");
-                let rounds = rng.random_range(1..=64u32);
-                let arm_at = rng.random_range(0..rounds);
+                let rounds = rng.random_range(1..=512u32);
+                let arm_at = rng.random_range(0..rounds.div_ceil(2));
                 for round in 0..rounds {
                     if round == arm_at {
                         peer.arm((1 << rng.random_range(0..14u32)) - 1);
