@@ -361,7 +361,7 @@ impl<'a> ComView<'a> {
         if !self.still(r) {
             return self.receive_signal(r.id, out, seen);
         }
-        Ok(self.slot(r.slot, r.max_len)?.read(out, seen)?)
+        read_slot(self.slot(r.slot, r.max_len)?, out, seen)
     }
 
     /// Maximum length of a signal, and whether it is dynamic.
@@ -419,7 +419,7 @@ impl<'a> ComView<'a> {
     /// Group members are read through [`ComReceiver`].
     pub fn receive_signal(&self, id: u16, out: &mut [u8], seen: &mut u64) -> Result<(usize, Freshness), ComError> {
         match self.place(id)? {
-            Place::Standalone { slot, max_len, .. } => Ok(self.slot(slot, max_len)?.read(out, seen)?),
+            Place::Standalone { slot, max_len, .. } => read_slot(self.slot(slot, max_len)?, out, seen),
             Place::Member { .. } => Err(ComError::NotOk("signal belongs to a group: use receive_signal_group")),
         }
     }
@@ -430,7 +430,7 @@ impl<'a> ComView<'a> {
         if out.len() < gp.capacity {
             return Err(ComError::NotOk("buffer shorter than the signal group"));
         }
-        let (len, fresh) = self.slot(gp.slot, gp.capacity)?.read(&mut out[..gp.capacity], seen)?;
+        let (len, fresh) = read_slot(self.slot(gp.slot, gp.capacity)?, &mut out[..gp.capacity], seen)?;
         if len != gp.capacity && fresh != Freshness::NeverWritten {
             return Err(ComError::ServiceNotAvailable);
         }
@@ -482,6 +482,17 @@ impl<'a> ComView<'a> {
             }
         }
     }
+}
+
+/// Reads a signal's slot into `out`; a signal never written gives length 0 and `out` all zeros (its
+/// initial value), whatever `out` held before.
+fn read_slot(slot: SignalView<'_>, out: &mut [u8], seen: &mut u64) -> Result<(usize, Freshness), ComError> {
+    let (len, fresh) = slot.read(out, seen)?;
+    if fresh == Freshness::NeverWritten {
+        out.fill(0);
+        return Ok((0, fresh));
+    }
+    Ok((len, fresh))
 }
 
 fn check_len(len: usize, max: usize, dynamic: bool) -> Result<(), ComError> {
@@ -577,7 +588,7 @@ impl<'a, 'b> ComReceiver<'a, 'b> {
         match self.view.place(id)? {
             // The place just looked up, read directly (not looked up again by `ComView::receive_signal`).
             Place::Standalone { index, slot, max_len, .. } => {
-                Ok(self.view.slot(slot, max_len)?.read(out, &mut self.seen[index])?)
+                read_slot(self.view.slot(slot, max_len)?, out, &mut self.seen[index])
             }
             Place::Member { index, group, offset, len } => {
                 let gid = (self.view.table_word(TABLE + 2 * self.view.nsig + 2 * group)? & 0xffff) as u16;

@@ -23,7 +23,7 @@ pub enum Freshness {
     New,
     /// The same value this reader saw last time.
     Old,
-    /// Never written: the returned value has length 0, and the reader's buffer is all zeros.
+    /// Never written: the returned value is all zeros of length 0.
     NeverWritten,
 }
 
@@ -90,7 +90,7 @@ impl<'a> SignalView<'a> {
     }
 
     /// Reads the current value into `out`; `last_seen` is this reader's memory of the last sequence number
-    /// it read (start at 0), used to tell New from Old. A signal never written fills `out` with zeros.
+    /// it read (start at 0), used to tell New from Old.
     pub fn read(&self, out: &mut [u8], last_seen: &mut u64) -> Result<(usize, Freshness), SignalError> {
         let mut len = 0usize;
         let seq = self.read_with(|len_word, data| {
@@ -105,9 +105,6 @@ impl<'a> SignalView<'a> {
             len = l;
             Ok(())
         })?;
-        if seq == 0 {
-            out.fill(0);
-        }
         Ok((len, Self::freshness(seq, last_seen)))
     }
 
