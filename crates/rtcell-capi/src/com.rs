@@ -374,7 +374,10 @@ unsafe fn bytes_mut<'a>(buf: *mut c_void, len: usize) -> Result<&'a mut [u8], St
 /// the context uses comes from that copy, never from the shared table again. Every call checks that
 /// the table entries it uses (and the channel's counts) in the region still equal the copy; while they
 /// do not (the peer changed them), the call returns COM_SERVICE_NOT_AVAILABLE, and calls work again
-/// once the table reads as the copy.
+/// once the table reads as the copy. The copy is what the region held at open: a program that cannot
+/// trust the region at that moment checks each signal with `rtcell_com_signal_info` against the length
+/// its own configuration fixes before it uses `Com_SendSignal` / `Com_ReceiveSignal` (which carry no
+/// length), or uses `rtcell_com_send_signal` / `rtcell_com_receive_signal`, bounded by its buffer.
 ///
 /// # Safety
 /// `r` a live region handle; `channels` NULL (with count 0) or `count` NUL-terminated strings; `out`

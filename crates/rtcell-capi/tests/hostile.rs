@@ -272,3 +272,29 @@ fn a_refused_send_is_counted_as_refused_and_never_reported_to_the_receiver_as_lo
         rtcell_region_detach(r);
     }
 }
+
+#[test]
+fn a_value_sent_after_the_peer_left_the_sequence_word_at_its_largest_value_is_read_back() {
+    let mut l = RegionLayout::new();
+    l.com("c", ComConfig { signals: vec![SignalDef { id: 1, max_len: 8, dynamic: false, group: None }], groups: vec![] })
+        .unwrap();
+    let shm = region(&l);
+    let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
+    let slot = (shm.words()[base + TABLE + 1].load(Ordering::Relaxed) & 0xffff_ffff) as usize;
+    let r = attach(&shm);
+    let c = open_com(r);
+    shm.words()[base + slot].store(u64::MAX, Ordering::Relaxed);
+    let v = 0x1122_3344_5566_7788u64;
+    let mut got = Guarded::new(8, 0);
+    // SAFETY: 8 bytes each, the signal's length.
+    unsafe {
+        assert_eq!(Com_SendSignal(1, &v as *const u64 as *const c_void), E_OK, "{}", why());
+        assert_eq!(Com_ReceiveSignal(1, got.ptr()), E_OK, "{}", why());
+    }
+    assert_eq!(got.bytes(), v.to_le_bytes(), "the value sent, not 'never written'");
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_com_close(c);
+        rtcell_region_detach(r);
+    }
+}

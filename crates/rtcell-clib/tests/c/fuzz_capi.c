@@ -348,8 +348,18 @@ int main(int argc, char **argv) {
             rtcell_com_close(com);
             com = NULL;
             const char *name = "c";
-            if (rtcell_com_open(region, &name, 1, &com) == E_OK) rtcell_com_use(com); else com = NULL;
-            if (!com) check_recovery(&s);
+            if (rtcell_com_open(region, &name, 1, &com) != E_OK) com = NULL;
+            /* A table the peer rewrote before the open is what the context now holds (the AUTOSAR calls
+             * carry no length): a program checks its signals' lengths after opening, as rtcell.h says. */
+            for (size_t i = 0; com && i < NSIGS; i++) {
+                size_t max = 0;
+                uint8_t dyn = 1;
+                if (rtcell_com_signal_info(com, SIGS[i].id, &max, &dyn) != E_OK || max != SIGS[i].len || dyn) {
+                    rtcell_com_close(com);
+                    com = NULL;
+                }
+            }
+            if (com) rtcell_com_use(com); else check_recovery(&s);
         }
     }
     atomic_store(&stop_req, 1);
