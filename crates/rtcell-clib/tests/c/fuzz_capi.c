@@ -97,7 +97,19 @@ static void mutate(uint64_t *s) {
         put(k, orig[k]);
         return;
     }
-    switch (below(s, 10)) {
+    switch (below(s, 12)) {
+    case 10: case 11: { /* forge: a signal grown (its slot still inside the channel) with a value that long */
+        size_t sig = below(s, (table_words - 16) / 2 - 1); /* the last entry is the group's */
+        k = com_word + 16 + 2 * sig + 1;
+        uint64_t off = orig[k] & 0xffffffffull, len = (orig[k] >> 32) + 1 + below(s, 40);
+        put(k, off | len << 32);
+        if ((orig[k - 1] >> 16 & 0xffff) == 0xffff && com_word + off + 2 + (len + 7) / 8 <= com_word + com_words) {
+            size_t slot = com_word + off;
+            put(slot + 1, len);
+            put(slot, (get(slot) + 2) & ~1ull);
+        }
+        return;
+    }
     case 0: case 1: case 2: case 3: /* a table entry: lengths, offsets, group, flags, id */
         k = com_word + 16 + below(s, table_words - 16);
         if (below(s, 5) == 0) { /* another entry's valid word */
