@@ -25,9 +25,9 @@
 #define RTCELL_FRESH_NEW 2
 
 /*
- Version of this API (`rtcell_abi_version()`).
+ Version of this API (`rtcell_abi_version()`). 2: `rtcell_queue_counters` gained `refused`.
  */
-#define RTCELL_ABI_VERSION 1
+#define RTCELL_ABI_VERSION 2
 
 /*
  Most COM channels one context binds.
@@ -103,13 +103,17 @@ typedef struct rtcell_queue_counters {
    */
   uint64_t received;
   /*
-   Messages that never reached the receiver: refused when full, overwritten, or skipped.
+   Messages that were queued and then lost before the receiver took them (overwritten by the sender).
    */
   uint64_t lost;
   /*
    Messages waiting now (approximate while both sides run).
    */
   uint64_t queued;
+  /*
+   Sends refused because the queue was full (`RTE_E_LIMIT`): never queued, so not lost.
+   */
+  uint64_t refused;
 } rtcell_queue_counters;
 
 /*
@@ -138,7 +142,7 @@ typedef struct rtcell_queue_counters {
 #define RTE_E_OK 0
 
 /*
- RTE: the queue is full; the message was not sent (and is counted as lost).
+ RTE: the queue is full; the message was not sent (counted as refused, never as lost).
  */
 #define RTE_E_LIMIT 130
 
@@ -169,6 +173,15 @@ uint32_t rtcell_layout_version(void);
 /*
  Binds COM channels `channels[0..count]` of region `r` (`count` 0: every COM channel of the region)
  into one context; signal and group ids must be unique across them. `*out` gets the handle.
+
+ Each channel's signal table is copied out of the region here and checked: every length and offset
+ the context uses comes from that copy, never from the shared table again. Every call checks that
+ the table entries it uses (and the channel's counts) in the region still equal the copy; while they
+ do not (the peer changed them), the call returns COM_SERVICE_NOT_AVAILABLE, and calls work again
+ once the table reads as the copy. The copy is what the region held at open: a program that cannot
+ trust the region at that moment checks each signal with `rtcell_com_signal_info` against the length
+ its own configuration fixes before it uses `Com_SendSignal` / `Com_ReceiveSignal` (which carry no
+ length), or uses `rtcell_com_send_signal` / `rtcell_com_receive_signal`, bounded by its buffer.
 
  # Safety
  `r` a live region handle; `channels` NULL (with count 0) or `count` NUL-terminated strings; `out`
@@ -227,7 +240,8 @@ Std_ReturnType rtcell_com_send_signal(struct rtcell_com *c,
 
 /*
  Receives signal `id` into `buf` (`buf_len` bytes, at least the value's length). `*len_out` gets the
- value's length, `*fresh_out` RTCELL_FRESH_NEVER / _OLD / _NEW (both may be NULL). A group member is
+ value's length, `*fresh_out` RTCELL_FRESH_NEVER / _OLD / _NEW (both may be NULL). A signal never
+ written gives E_OK, length 0, RTCELL_FRESH_NEVER and `buf_len` zero bytes. A group member is
  read from the copy the last `rtcell_com_receive_signal_group` of its group made.
 
  # Safety
@@ -291,7 +305,9 @@ Std_ReturnType rtcell_com_signal_info(struct rtcell_com *c,
 Std_ReturnType rtcell_com_get_counters(struct rtcell_com *c, struct rtcell_com_counters *out);
 
 /*
- AUTOSAR: sends signal `id` from `data` (exactly the signal's configured length is read).
+ AUTOSAR: sends signal `id` from `data` (exactly the signal's length, as fixed at `rtcell_com_open`,
+ is read). COM_SERVICE_NOT_AVAILABLE (nothing read) while the channel's table differs from the one
+ read at open.
 
  # Safety
  `data` readable for the signal's length.
@@ -299,7 +315,10 @@ Std_ReturnType rtcell_com_get_counters(struct rtcell_com *c, struct rtcell_com_c
 Std_ReturnType Com_SendSignal(Com_SignalIdType id, const void *data);
 
 /*
- AUTOSAR: receives signal `id` into `data` (exactly the signal's configured length is written).
+ AUTOSAR: receives signal `id` into `data` (exactly the signal's length, as fixed at
+ `rtcell_com_open`, is written). A signal never written gives zeros and E_OK (its initial value).
+ COM_SERVICE_NOT_AVAILABLE (nothing written) while the channel's table differs from the one read at
+ open.
 
  # Safety
  `data` writable for the signal's length.
@@ -361,7 +380,8 @@ void rtcell_queue_close(struct rtcell_queue *q);
 
 /*
  Queues `len` bytes (at most the ring's frame size). RTE_E_OK, RTE_E_LIMIT when full (the message is
- dropped and counted as lost), E_NOT_OK for bad arguments or a message too long.
+ not queued; it is counted as refused, and the receiver is not told of a loss), E_NOT_OK for bad
+ arguments or a message too long.
 
  # Safety
  `q` a live handle or NULL; `data` readable for `len` bytes (or NULL with len 0).

@@ -21,6 +21,9 @@ const SHADOW_BYTES: usize = 2048;
 /// Payloads: signals plus groups one channel of a context may hold.
 #[cfg(not(feature = "std"))]
 const SEEN_WORDS: usize = 256;
+/// Payloads: words of the copy of a channel's table (header and two words per signal and group).
+#[cfg(not(feature = "std"))]
+const TABLE_WORDS: usize = 16 + 2 * SEEN_WORDS;
 
 /// What this handle's calls did (not shared: the peer's calls are its own).
 #[repr(C)]
@@ -46,10 +49,18 @@ type Seen = std::vec::Vec<u64>;
 type Shadow = [u8; SHADOW_BYTES];
 #[cfg(not(feature = "std"))]
 type Seen = [u64; SEEN_WORDS];
+#[cfg(feature = "std")]
+type Table = std::vec::Vec<u64>;
+#[cfg(not(feature = "std"))]
+type Table = [u64; TABLE_WORDS];
 
 /// One bound channel and this side's receive state for it.
 struct Chan {
-    view: ComView<'static>,
+    /// The channel in shared memory; used only through [`Chan::view`] (its table pinned to `table`).
+    live: ComView<'static>,
+    /// The channel's table, copied out and checked at open: every length and offset comes from here, and
+    /// every call checks that the live table still equals it (else `COM_SERVICE_NOT_AVAILABLE`).
+    table: Table,
     shadow: Shadow,
     seen: Seen,
     shadow_len: usize,
@@ -64,8 +75,27 @@ struct Chan {
 const REFS: usize = 4;
 
 impl Chan {
-    fn new(view: ComView<'static>, name: &str) -> Result<Chan, Std_ReturnType> {
-        let (shadow_len, seen_len) = ComReceiver::storage_needed(&view);
+    fn new(live: ComView<'static>, name: &str) -> Result<Chan, Std_ReturnType> {
+        let words = live.table_words();
+        #[cfg(feature = "std")]
+        let mut table = std::vec![0u64; words];
+        #[cfg(not(feature = "std"))]
+        let mut table = {
+            if words > TABLE_WORDS {
+                return Err(fail(
+                    E_NOT_OK,
+                    format_args!("COM channel {name:?} has too many signals and groups for a payload (at most {SEEN_WORDS})"),
+                ));
+            }
+            [0u64; TABLE_WORDS]
+        };
+        if live.pin(&mut table).is_err() {
+            return Err(fail(
+                COM_SERVICE_NOT_AVAILABLE,
+                format_args!("COM channel {name:?}: its table changed while it was read (the peer is writing it)"),
+            ));
+        }
+        let (shadow_len, seen_len) = ComReceiver::storage_needed(&live.pinned(&table));
         #[cfg(feature = "std")]
         let (shadow, seen) = (std::vec![0u8; shadow_len], std::vec![0u64; seen_len]);
         #[cfg(not(feature = "std"))]
@@ -82,14 +112,29 @@ impl Chan {
         };
         #[cfg(feature = "std")]
         let _ = name;
-        Ok(Chan { view, shadow, seen, shadow_len, seen_len, shadow_group: None, refs: [None; REFS], next_ref: 0 })
+        Ok(Chan {
+            live,
+            table,
+            shadow,
+            seen,
+            shadow_len,
+            seen_len,
+            shadow_group: None,
+            refs: [None; REFS],
+            next_ref: 0,
+        })
+    }
+
+    /// The channel, with lengths and offsets from the table copied at open.
+    fn view(&self) -> ComView<'_> {
+        self.live.pinned(&self.table)
     }
 
     /// A receiver over this channel's state; `done` stores what it remembers.
-    fn with_receiver<R>(&mut self, f: impl FnOnce(&mut ComReceiver<'static, '_>) -> R) -> Result<R, ComError> {
+    fn with_receiver<R>(&mut self, f: impl FnOnce(&mut ComReceiver<'_, '_>) -> R) -> Result<R, ComError> {
         let group = self.shadow_group;
         let mut rx = ComReceiver::resume(
-            self.view,
+            self.live.pinned(&self.table),
             &mut self.shadow[..self.shadow_len],
             &mut self.seen[..self.seen_len],
             group,
@@ -139,7 +184,7 @@ impl rtcell_com {
     /// up is tried first: a generated step calls the same few ids over and over.
     fn find_signal(&mut self, id: u16) -> Result<(usize, usize, bool), Std_ReturnType> {
         let n = self.n;
-        let probe = |c: &Option<Chan>| c.as_ref().map(|c| c.view.signal_len(id));
+        let probe = |c: &Option<Chan>| c.as_ref().map(|c| c.view().signal_len(id));
         let hint = self.last_signal_chan;
         let order = core::iter::once(hint).chain((0..n).filter(move |&i| i != hint));
         for i in order.filter(|&i| i < n) {
@@ -170,7 +215,7 @@ impl rtcell_com {
         if let Some(r) = c.refs.iter().flatten().find(|r| r.id() == id) {
             return Some((i, *r));
         }
-        let r = c.view.signal_ref(id).ok()?;
+        let r = c.view().signal_ref(id).ok()?;
         c.refs[c.next_ref] = Some(r);
         c.next_ref = (c.next_ref + 1) % REFS;
         Some((i, r))
@@ -186,7 +231,7 @@ impl rtcell_com {
         let n = self.n;
         let found = self.chans[..n]
             .iter()
-            .position(|c| c.as_ref().is_some_and(|c| !matches!(c.view.group_len(id), Err(ComError::NotOk(_)))));
+            .position(|c| c.as_ref().is_some_and(|c| !matches!(c.view().group_len(id), Err(ComError::NotOk(_)))));
         match found.and_then(|i| self.chans[i].as_mut()) {
             Some(c) => Ok(c),
             None => Err(fail(E_NOT_OK, format_args!("unknown signal group id {id}"))),
@@ -214,7 +259,7 @@ impl rtcell_com {
 
     fn send(&mut self, id: u16, data: &[u8]) -> Std_ReturnType {
         let r = match self.chan_of_signal(id) {
-            Ok(c) => c.view.send_signal(id, data).map_or_else(com_failed, |()| E_OK),
+            Ok(c) => c.view().send_signal(id, data).map_or_else(com_failed, |()| E_OK),
             Err(code) => code,
         };
         self.sent(r)
@@ -223,7 +268,7 @@ impl rtcell_com {
     /// Sends through channel `i` (from `find_signal`).
     fn send_in(&mut self, i: usize, id: u16, data: &[u8]) -> Std_ReturnType {
         let r = match self.chans[i].as_ref() {
-            Some(c) => c.view.send_signal(id, data).map_or_else(com_failed, |()| E_OK),
+            Some(c) => c.view().send_signal(id, data).map_or_else(com_failed, |()| E_OK),
             None => E_NOT_OK,
         };
         self.sent(r)
@@ -268,7 +313,7 @@ impl rtcell_com {
 
     fn send_group(&mut self, id: u16) -> Std_ReturnType {
         let r = match self.chan_of_group(id) {
-            Ok(c) => c.view.send_signal_group(id).map_or_else(com_failed, |()| E_OK),
+            Ok(c) => c.view().send_signal_group(id).map_or_else(com_failed, |()| E_OK),
             Err(code) => code,
         };
         if r == E_OK {
@@ -325,6 +370,15 @@ unsafe fn bytes_mut<'a>(buf: *mut c_void, len: usize) -> Result<&'a mut [u8], St
 /// Binds COM channels `channels[0..count]` of region `r` (`count` 0: every COM channel of the region)
 /// into one context; signal and group ids must be unique across them. `*out` gets the handle.
 ///
+/// Each channel's signal table is copied out of the region here and checked: every length and offset
+/// the context uses comes from that copy, never from the shared table again. Every call checks that
+/// the table entries it uses (and the channel's counts) in the region still equal the copy; while they
+/// do not (the peer changed them), the call returns COM_SERVICE_NOT_AVAILABLE, and calls work again
+/// once the table reads as the copy. The copy is what the region held at open: a program that cannot
+/// trust the region at that moment checks each signal with `rtcell_com_signal_info` against the length
+/// its own configuration fixes before it uses `Com_SendSignal` / `Com_ReceiveSignal` (which carry no
+/// length), or uses `rtcell_com_send_signal` / `rtcell_com_receive_signal`, bounded by its buffer.
+///
 /// # Safety
 /// `r` a live region handle; `channels` NULL (with count 0) or `count` NUL-terminated strings; `out`
 /// NULL or writable.
@@ -366,12 +420,17 @@ pub unsafe extern "C" fn rtcell_com_open(
                 }
                 Err(e) => return crate::region::attach_failed(&e),
             };
+            let c = match Chan::new(v, name) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
             // Ids must be unique across the context: C names a signal by its id alone.
+            let v = c.view();
             for other in com.chans[..com.n].iter().flatten() {
                 let clash = v
                     .signal_ids()
-                    .find(|&id| !matches!(other.view.signal_len(id), Err(ComError::NotOk(_))))
-                    .or_else(|| v.group_ids().find(|&id| !matches!(other.view.group_len(id), Err(ComError::NotOk(_)))));
+                    .find(|&id| !matches!(other.view().signal_len(id), Err(ComError::NotOk(_))))
+                    .or_else(|| v.group_ids().find(|&id| !matches!(other.view().group_len(id), Err(ComError::NotOk(_)))));
                 if let Some(id) = clash {
                     return fail(
                         E_NOT_OK,
@@ -379,14 +438,9 @@ pub unsafe extern "C" fn rtcell_com_open(
                     );
                 }
             }
-            match Chan::new(v, name) {
-                Ok(c) => {
-                    com.chans[com.n] = Some(c);
-                    com.n += 1;
-                    E_OK
-                }
-                Err(code) => code,
-            }
+            com.chans[com.n] = Some(c);
+            com.n += 1;
+            E_OK
         };
         if count == 0 {
             for i in 0..view.len() {
@@ -585,7 +639,8 @@ pub unsafe extern "C" fn rtcell_com_send_signal(
 }
 
 /// Receives signal `id` into `buf` (`buf_len` bytes, at least the value's length). `*len_out` gets the
-/// value's length, `*fresh_out` RTCELL_FRESH_NEVER / _OLD / _NEW (both may be NULL). A group member is
+/// value's length, `*fresh_out` RTCELL_FRESH_NEVER / _OLD / _NEW (both may be NULL). A signal never
+/// written gives E_OK, length 0, RTCELL_FRESH_NEVER and `buf_len` zero bytes. A group member is
 /// read from the copy the last `rtcell_com_receive_signal_group` of its group made.
 ///
 /// # Safety
@@ -779,7 +834,9 @@ fn fast_signal<'a>(id: u16, data: *const c_void) -> Option<(&'a mut rtcell_com, 
     (!r.dynamic).then_some((com, i, r))
 }
 
-/// AUTOSAR: sends signal `id` from `data` (exactly the signal's configured length is read).
+/// AUTOSAR: sends signal `id` from `data` (exactly the signal's length, as fixed at `rtcell_com_open`,
+/// is read). COM_SERVICE_NOT_AVAILABLE (nothing read) while the channel's table differs from the one
+/// read at open.
 ///
 /// # Safety
 /// `data` readable for the signal's length.
@@ -789,7 +846,7 @@ pub unsafe extern "C" fn Com_SendSignal(id: Com_SignalIdType, data: *const c_voi
         // SAFETY: the caller's contract: data holds the signal's length; non-NULL checked.
         let data = unsafe { core::slice::from_raw_parts(data as *const u8, r.max_len) };
         let code = match com.chans[i].as_ref() {
-            Some(ch) => ch.view.send_ref(&r, data).map_or_else(com_failed, |()| E_OK),
+            Some(ch) => ch.view().send_ref(&r, data).map_or_else(com_failed, |()| E_OK),
             None => E_NOT_OK,
         };
         return com.sent(code);
@@ -811,7 +868,10 @@ pub unsafe extern "C" fn Com_SendSignal(id: Com_SignalIdType, data: *const c_voi
     })
 }
 
-/// AUTOSAR: receives signal `id` into `data` (exactly the signal's configured length is written).
+/// AUTOSAR: receives signal `id` into `data` (exactly the signal's length, as fixed at
+/// `rtcell_com_open`, is written). A signal never written gives zeros and E_OK (its initial value).
+/// COM_SERVICE_NOT_AVAILABLE (nothing written) while the channel's table differs from the one read at
+/// open.
 ///
 /// # Safety
 /// `data` writable for the signal's length.
@@ -822,7 +882,7 @@ pub unsafe extern "C" fn Com_ReceiveSignal(id: Com_SignalIdType, data: *mut c_vo
         let out = unsafe { core::slice::from_raw_parts_mut(data as *mut u8, r.max_len) };
         let got = match com.chans[i].as_mut() {
             Some(ch) => match ch.seen.get_mut(r.index) {
-                Some(seen) => ch.view.receive_ref(&r, out, seen).map_err(com_failed),
+                Some(seen) => ch.live.pinned(&ch.table).receive_ref(&r, out, seen).map_err(com_failed),
                 None => Err(fail(COM_SERVICE_NOT_AVAILABLE, format_args!("signal index outside the receiver"))),
             },
             None => Err(E_NOT_OK),

@@ -55,7 +55,7 @@ pub const COM_SERVICE_NOT_AVAILABLE: Std_ReturnType = 0x80;
 pub const COM_BUSY: Std_ReturnType = 0x81;
 /// RTE: success.
 pub const RTE_E_OK: Std_ReturnType = 0x00;
-/// RTE: the queue is full; the message was not sent (and is counted as lost).
+/// RTE: the queue is full; the message was not sent (counted as refused, never as lost).
 pub const RTE_E_LIMIT: Std_ReturnType = 0x82;
 /// RTE: nothing was received (empty queue, or a timeout).
 pub const RTE_E_NO_DATA: Std_ReturnType = 0x83;
@@ -67,8 +67,8 @@ pub const RTCELL_FRESH_NEVER: u8 = 0;
 pub const RTCELL_FRESH_OLD: u8 = 1;
 /// Freshness: a value this handle had not read.
 pub const RTCELL_FRESH_NEW: u8 = 2;
-/// Version of this API (`rtcell_abi_version()`).
-pub const RTCELL_ABI_VERSION: u32 = 1;
+/// Version of this API (`rtcell_abi_version()`). 2: `rtcell_queue_counters` gained `refused`.
+pub const RTCELL_ABI_VERSION: u32 = 2;
 
 /// The version of this API, `RTCELL_ABI_VERSION` of the library actually loaded.
 #[unsafe(no_mangle)]

@@ -1,6 +1,7 @@
 //! Queued send/receive with RTE-style codes over ring channels: every message is delivered once, in
-//! order; a full queue refuses (`RTE_E_LIMIT`); a receiver learns of messages lost before the one it gets
-//! (`RTE_E_LOST_DATA`).
+//! order; a full queue refuses (`RTE_E_LIMIT`: the message was never queued, so it is counted as refused,
+//! not lost); a receiver learns of messages that were queued and then lost before the one it gets
+//! (`RTE_E_LOST_DATA`, from its own count, not from the peer's counters).
 
 use core::ffi::{c_char, c_void};
 
@@ -21,10 +22,12 @@ pub struct rtcell_queue_counters {
     pub sent: u64,
     /// Messages the receiver took out.
     pub received: u64,
-    /// Messages that never reached the receiver: refused when full, overwritten, or skipped.
+    /// Messages that were queued and then lost before the receiver took them (overwritten by the sender).
     pub lost: u64,
     /// Messages waiting now (approximate while both sides run).
     pub queued: u64,
+    /// Sends refused because the queue was full (`RTE_E_LIMIT`): never queued, so not lost.
+    pub refused: u64,
 }
 
 /// A queue handle (opaque to C): one side of one ring; a ring has one sender and one receiver.
@@ -32,16 +35,17 @@ pub struct rtcell_queue {
     view: RingView<'static>,
     producer: Option<Producer<'static>>,
     consumer: Option<Consumer<'static>>,
-    /// Losses already reported to this receiver.
+    /// The receiver's lost-message count already reported (`RTE_E_LOST_DATA`).
     lost_seen: u64,
 }
 
 #[cfg(not(feature = "std"))]
 crate::slots::pooled!(rtcell_queue);
 
-/// Messages that never reached the receiver: refused when full, overwritten, or skipped.
+/// Messages queued and then lost: the sender counts them as it overwrites them, the receiver when it
+/// notices; both count the same messages, so the larger is the figure.
 fn losses(c: &rtcell_shm::RingCounters) -> u64 {
-    c.rejected + c.overwritten + c.lost
+    c.overwritten.max(c.lost)
 }
 
 /// Opens ring channel `ring` of region `r` as a queue. `*out` gets the handle.
@@ -74,7 +78,7 @@ pub unsafe extern "C" fn rtcell_queue_open(
             }
             Err(e) => return crate::region::attach_failed(&e),
         };
-        let q = rtcell_queue { view, producer: None, consumer: None, lost_seen: losses(&view.counters()) };
+        let q = rtcell_queue { view, producer: None, consumer: None, lost_seen: 0 };
         match slots::alloc(q) {
             Some(p) => {
                 // SAFETY: out checked non-NULL.
@@ -99,7 +103,8 @@ pub unsafe extern "C" fn rtcell_queue_close(q: *mut rtcell_queue) {
 }
 
 /// Queues `len` bytes (at most the ring's frame size). RTE_E_OK, RTE_E_LIMIT when full (the message is
-/// dropped and counted as lost), E_NOT_OK for bad arguments or a message too long.
+/// not queued; it is counted as refused, and the receiver is not told of a loss), E_NOT_OK for bad
+/// arguments or a message too long.
 ///
 /// # Safety
 /// `q` a live handle or NULL; `data` readable for `len` bytes (or NULL with len 0).
@@ -172,7 +177,7 @@ unsafe fn receive(q: &mut rtcell_queue, buf: *mut c_void, buf_len: usize, len_ou
     match c.try_recv(out) {
         Ok(n) => {
             put_len(n);
-            let lost = losses(&view.counters());
+            let lost = c.skipped();
             if lost != q.lost_seen {
                 q.lost_seen = lost;
                 RTE_E_OK | RTE_E_LOST_DATA
@@ -254,8 +259,13 @@ pub unsafe extern "C" fn rtcell_queue_get_counters(
         let c = q.view.counters();
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe {
-            *out =
-                rtcell_queue_counters { sent: c.sent, received: c.received, lost: losses(&c), queued: q.view.queued() }
+            *out = rtcell_queue_counters {
+                sent: c.sent,
+                received: c.received,
+                lost: losses(&c),
+                queued: q.view.queued(),
+                refused: c.rejected,
+            }
         };
         RTE_E_OK
     })

@@ -77,13 +77,14 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
     s.push('\n');
     if !r.channels.is_empty() {
         let secs = r.measured.as_secs_f64().max(1e-9);
-        let mut c = Table::new(&["channel", "sent", "received", "lost", "queued at end", "per second"]);
+        let mut c = Table::new(&["channel", "sent", "received", "lost", "refused", "queued at end", "per second"]);
         for ch in &r.channels {
             c.row(vec![
                 ch.name.clone(),
                 ch.sent.to_string(),
                 ch.received.to_string(),
                 ch.lost.to_string(),
+                ch.refused.to_string(),
                 ch.queued.to_string(),
                 format!("{:.0}", ch.sent as f64 / secs),
             ]);
@@ -384,7 +385,7 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
         }
     }
     for ch in &r.channels {
-        for (dir, v) in [("sent", ch.sent), ("received", ch.received), ("lost", ch.lost)] {
+        for (dir, v) in [("sent", ch.sent), ("received", ch.received), ("lost", ch.lost), ("refused", ch.refused)] {
             suite.series.push(count_series(
                 "channel_messages",
                 labels!("scenario" => plan.name, "channel" => ch.name, "direction" => dir),

@@ -84,8 +84,10 @@ pub struct ChannelResult {
     pub name: String,
     pub sent: u64,
     pub received: u64,
-    /// Refused at the sender (ring full) plus lost at the receiver.
+    /// Queued and then lost before the receiver took them.
     pub lost: u64,
+    /// Refused at the sender (ring full): never queued, so not lost.
+    pub refused: u64,
     /// Still queued at the end.
     pub queued: u64,
 }
@@ -589,8 +591,8 @@ pub fn run_observed(
 
 /// What every ring of the plan has carried so far.
 pub fn channels_now(plan: &Plan, region: &RegionView<'_>) -> Vec<ChannelResult> {
-    // A task that finds a ring full drops its frame (lost); a cell service retries until there is room
-    // (not lost), so the ring's own reject count is not a loss count.
+    // A task that finds a ring full drops its frame (refused); a cell service retries until there is room
+    // (not refused), so the ring's own reject count is not what tasks refused.
     let mut channels = Vec::new();
     for ch in &plan.channels {
         if let Ok(r) = region.ring(&ch.name) {
@@ -608,7 +610,8 @@ pub fn channels_now(plan: &Plan, region: &RegionView<'_>) -> Vec<ChannelResult> 
                 name: ch.name.clone(),
                 sent: c.sent,
                 received: c.received,
-                lost: dropped + c.lost,
+                lost: c.lost,
+                refused: dropped,
                 queued: c.sent.saturating_sub(c.received + c.lost),
             });
         }

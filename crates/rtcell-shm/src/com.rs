@@ -10,7 +10,11 @@
 //! `send_signal_group` commits it), so no side needs an allocator.
 //!
 //! The table lives in shared memory, so it is re-checked on every lookup: a peer rewriting it later gets
-//! `ServiceNotAvailable`/`NotOk`, never an out-of-bounds access.
+//! `ServiceNotAvailable`/`NotOk`, never an out-of-bounds access. A side that must not take its bounds from
+//! the peer at all (the C API: the AUTOSAR calls carry no length) copies the table out once
+//! ([`ComView::pin`]) and works on a [`ComView::pinned`] view: every length and offset then comes from that
+//! copy (validated when it was made), and every use checks that the live table still equals it — a table
+//! changed since is `ServiceNotAvailable` until it reads as the copy again.
 
 use crate::region::AttachError;
 use crate::signal::{Freshness, SignalError, SignalView};
@@ -136,6 +140,9 @@ pub struct ComView<'a> {
     words: &'a [AtomicU64],
     nsig: usize,
     ngroups: usize,
+    /// The table as copied out by [`ComView::pin`] (word `k` of the channel at index `k`; the header words
+    /// other than the counts are not used), or `None`: the live table is used, re-checked on each use.
+    pinned: Option<&'a [u64]>,
 }
 
 impl<'a> ComView<'a> {
@@ -153,24 +160,92 @@ impl<'a> ComView<'a> {
         if TABLE + 2 * (nsig + ngroups) > words.len() {
             return Err(corrupt("COM signal table runs past the channel"));
         }
-        let view = ComView { words, nsig, ngroups };
-        for i in 0..nsig {
-            view.place_at(i).map_err(|_| corrupt("COM signal entry out of bounds"))?;
-        }
-        for g in 0..ngroups {
-            view.group_at(g).map_err(|_| corrupt("COM group entry out of bounds"))?;
-        }
+        let view = ComView { words, nsig, ngroups, pinned: None };
+        view.check_entries().map_err(corrupt)?;
         Ok(view)
+    }
+
+    /// Checks every signal and group entry against the channel.
+    fn check_entries(&self) -> Result<(), &'static str> {
+        for i in 0..self.nsig {
+            self.place_at(i).map_err(|_| "COM signal entry out of bounds")?;
+        }
+        for g in 0..self.ngroups {
+            self.group_at(g).map_err(|_| "COM group entry out of bounds")?;
+        }
+        Ok(())
+    }
+
+    /// Words [`Self::pin`] needs.
+    pub fn table_words(&self) -> usize {
+        self.table_end()
+    }
+
+    /// Copies the table out of shared memory into `copy` (at least [`Self::table_words`] long) and checks
+    /// the copy: every length and offset a [`Self::pinned`] view of it uses is then our own, not the
+    /// peer's. A table the peer changes mid-copy is refused here or noticed on use.
+    pub fn pin(&self, copy: &mut [u64]) -> Result<(), ComError> {
+        let n = self.table_end();
+        let copy = copy.get_mut(..n).ok_or(ComError::NotOk("table copy shorter than table_words"))?;
+        for (k, c) in copy.iter_mut().enumerate() {
+            *c = if k == W_COUNTS || k >= TABLE { self.words[k].load(Ordering::Relaxed) } else { 0 };
+        }
+        let counts = copy[W_COUNTS];
+        if (counts & 0xffff_ffff) as usize != self.nsig || (counts >> 32) as usize != self.ngroups {
+            return Err(ComError::ServiceNotAvailable);
+        }
+        self.pinned(copy).check_entries().map_err(|_| ComError::ServiceNotAvailable)
+    }
+
+    /// This channel with the table `copy` made by [`Self::pin`] (of this channel): lengths and offsets
+    /// come from the copy; a live table that differs from it is `ServiceNotAvailable`.
+    pub fn pinned<'s>(&self, copy: &'s [u64]) -> ComView<'s>
+    where
+        'a: 's,
+    {
+        if copy.len() < self.table_end() {
+            // Not a copy of this table: a view with nothing in it, never the live entries.
+            return ComView { words: self.words, nsig: 0, ngroups: 0, pinned: Some(copy) };
+        }
+        ComView { words: self.words, nsig: self.nsig, ngroups: self.ngroups, pinned: Some(copy) }
+    }
+
+    /// Table word `k` (the counts or an entry): the pinned copy's, if the live word still equals it.
+    #[inline]
+    fn table_word(&self, k: usize) -> Result<u64, ComError> {
+        let live = self.words[k].load(Ordering::Relaxed);
+        match self.pinned {
+            None => Ok(live),
+            Some(p) if p[k] == live => Ok(live),
+            Some(_) => Err(ComError::ServiceNotAvailable),
+        }
+    }
+
+    /// Table word `k` as this view knows it, unchecked (ids for listing).
+    fn known_word(&self, k: usize) -> u64 {
+        match self.pinned {
+            Some(p) => p[k],
+            None => self.words[k].load(Ordering::Relaxed),
+        }
+    }
+
+    /// With a pinned table: the live counts word still reads as the copy.
+    #[inline]
+    fn counts_unchanged(&self) -> Result<(), ComError> {
+        if self.pinned.is_some() {
+            self.table_word(W_COUNTS)?;
+        }
+        Ok(())
     }
 
     /// The signal ids in the table, in table order.
     pub fn signal_ids(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..self.nsig).map(|i| (self.words[TABLE + 2 * i].load(Ordering::Relaxed) & 0xffff) as u16)
+        (0..self.nsig).map(|i| (self.known_word(TABLE + 2 * i) & 0xffff) as u16)
     }
 
     /// The group ids in the table, in table order.
     pub fn group_ids(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..self.ngroups).map(|g| (self.words[TABLE + 2 * self.nsig + 2 * g].load(Ordering::Relaxed) & 0xffff) as u16)
+        (0..self.ngroups).map(|g| (self.known_word(TABLE + 2 * self.nsig + 2 * g) & 0xffff) as u16)
     }
 
     pub fn signal_count(&self) -> usize {
@@ -186,23 +261,24 @@ impl<'a> ComView<'a> {
     }
 
     fn group_at(&self, g: usize) -> Result<GroupPlace, ComError> {
-        let b = self.words[TABLE + 2 * self.nsig + 2 * g + 1].load(Ordering::Relaxed);
+        let b = self.table_word(TABLE + 2 * self.nsig + 2 * g + 1)?;
         let (slot, capacity) = ((b & 0xffff_ffff) as usize, (b >> 32) as usize);
-        let end = slot + SignalView::words_needed(capacity) + words_for(capacity);
-        if slot < self.table_end() || end > self.words.len() {
+        let end = slot.checked_add(SignalView::words_needed(capacity) + words_for(capacity));
+        if slot < self.table_end() || end.is_none_or(|end| end > self.words.len()) {
             return Err(ComError::ServiceNotAvailable);
         }
         Ok(GroupPlace { index: g, slot, capacity })
     }
 
     fn place_at(&self, i: usize) -> Result<Place, ComError> {
-        let a = self.words[TABLE + 2 * i].load(Ordering::Relaxed);
-        let b = self.words[TABLE + 2 * i + 1].load(Ordering::Relaxed);
+        let a = self.table_word(TABLE + 2 * i)?;
+        let b = self.table_word(TABLE + 2 * i + 1)?;
         let group = (a >> 16) & 0xffff;
         let dynamic = (a >> 32) & FLAG_DYNAMIC != 0;
         let (offset, max_len) = ((b & 0xffff_ffff) as usize, (b >> 32) as usize);
         if group == NO_GROUP {
-            if offset < self.table_end() || offset + SignalView::words_needed(max_len) > self.words.len() {
+            let end = offset.checked_add(SignalView::words_needed(max_len));
+            if offset < self.table_end() || end.is_none_or(|end| end > self.words.len()) {
                 return Err(ComError::ServiceNotAvailable);
             }
             Ok(Place::Standalone { index: i, slot: offset, max_len, dynamic })
@@ -221,7 +297,8 @@ impl<'a> ComView<'a> {
 
     fn place(&self, id: u16) -> Result<Place, ComError> {
         for i in 0..self.nsig {
-            if self.words[TABLE + 2 * i].load(Ordering::Relaxed) & 0xffff == id as u64 {
+            if self.known_word(TABLE + 2 * i) & 0xffff == id as u64 {
+                self.counts_unchanged()?;
                 return self.place_at(i);
             }
         }
@@ -230,7 +307,8 @@ impl<'a> ComView<'a> {
 
     fn group(&self, id: u16) -> Result<GroupPlace, ComError> {
         for g in 0..self.ngroups {
-            if self.words[TABLE + 2 * self.nsig + 2 * g].load(Ordering::Relaxed) & 0xffff == id as u64 {
+            if self.known_word(TABLE + 2 * self.nsig + 2 * g) & 0xffff == id as u64 {
+                self.counts_unchanged()?;
                 return self.group_at(g);
             }
         }
@@ -249,10 +327,7 @@ impl<'a> ComView<'a> {
             Place::Standalone { index, slot, max_len, dynamic } => Ok(SignalRef {
                 id,
                 index,
-                entry: (
-                    self.words[TABLE + 2 * index].load(Ordering::Relaxed),
-                    self.words[TABLE + 2 * index + 1].load(Ordering::Relaxed),
-                ),
+                entry: (self.table_word(TABLE + 2 * index)?, self.table_word(TABLE + 2 * index + 1)?),
                 slot,
                 max_len,
                 dynamic,
@@ -265,6 +340,7 @@ impl<'a> ComView<'a> {
     /// its index is inside the table).
     fn still(&self, r: &SignalRef) -> bool {
         r.index < self.nsig
+            && self.counts_unchanged().is_ok()
             && self.words[TABLE + 2 * r.index].load(Ordering::Relaxed) == r.entry.0
             && self.words[TABLE + 2 * r.index + 1].load(Ordering::Relaxed) == r.entry.1
     }
@@ -285,7 +361,7 @@ impl<'a> ComView<'a> {
         if !self.still(r) {
             return self.receive_signal(r.id, out, seen);
         }
-        Ok(self.slot(r.slot, r.max_len)?.read(out, seen)?)
+        read_slot(self.slot(r.slot, r.max_len)?, out, seen)
     }
 
     /// Maximum length of a signal, and whether it is dynamic.
@@ -343,7 +419,7 @@ impl<'a> ComView<'a> {
     /// Group members are read through [`ComReceiver`].
     pub fn receive_signal(&self, id: u16, out: &mut [u8], seen: &mut u64) -> Result<(usize, Freshness), ComError> {
         match self.place(id)? {
-            Place::Standalone { slot, max_len, .. } => Ok(self.slot(slot, max_len)?.read(out, seen)?),
+            Place::Standalone { slot, max_len, .. } => read_slot(self.slot(slot, max_len)?, out, seen),
             Place::Member { .. } => Err(ComError::NotOk("signal belongs to a group: use receive_signal_group")),
         }
     }
@@ -354,7 +430,7 @@ impl<'a> ComView<'a> {
         if out.len() < gp.capacity {
             return Err(ComError::NotOk("buffer shorter than the signal group"));
         }
-        let (len, fresh) = self.slot(gp.slot, gp.capacity)?.read(&mut out[..gp.capacity], seen)?;
+        let (len, fresh) = read_slot(self.slot(gp.slot, gp.capacity)?, &mut out[..gp.capacity], seen)?;
         if len != gp.capacity && fresh != Freshness::NeverWritten {
             return Err(ComError::ServiceNotAvailable);
         }
@@ -406,6 +482,17 @@ impl<'a> ComView<'a> {
             }
         }
     }
+}
+
+/// Reads a signal's slot into `out`; a signal never written gives length 0 and `out` all zeros (its
+/// initial value), whatever `out` held before.
+fn read_slot(slot: SignalView<'_>, out: &mut [u8], seen: &mut u64) -> Result<(usize, Freshness), ComError> {
+    let (len, fresh) = slot.read(out, seen)?;
+    if fresh == Freshness::NeverWritten {
+        out.fill(0);
+        return Ok((0, fresh));
+    }
+    Ok((len, fresh))
 }
 
 fn check_len(len: usize, max: usize, dynamic: bool) -> Result<(), ComError> {
@@ -501,11 +588,10 @@ impl<'a, 'b> ComReceiver<'a, 'b> {
         match self.view.place(id)? {
             // The place just looked up, read directly (not looked up again by `ComView::receive_signal`).
             Place::Standalone { index, slot, max_len, .. } => {
-                Ok(self.view.slot(slot, max_len)?.read(out, &mut self.seen[index])?)
+                read_slot(self.view.slot(slot, max_len)?, out, &mut self.seen[index])
             }
             Place::Member { index, group, offset, len } => {
-                let gid =
-                    (self.view.words[TABLE + 2 * self.view.nsig + 2 * group].load(Ordering::Relaxed) & 0xffff) as u16;
+                let gid = (self.view.table_word(TABLE + 2 * self.view.nsig + 2 * group)? & 0xffff) as u16;
                 if self.shadow_group != Some(gid) {
                     return Err(ComError::NotOk("call receive_signal_group for this signal's group first"));
                 }

@@ -148,13 +148,19 @@ pub enum RecvError {
     Corrupt(&'static str),
 }
 
-/// Counters of a ring, readable from either side.
+/// Counters of a ring, readable from either side (shared memory: figures to show, not to size anything).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RingCounters {
+    /// Messages queued by the producer.
     pub sent: u64,
+    /// Messages the consumer took.
     pub received: u64,
+    /// Sends refused because the ring was full (Reject): never queued, so never lost.
     pub rejected: u64,
+    /// Queued messages the producer dropped before the consumer took them (OverwriteOldest).
     pub overwritten: u64,
+    /// Queued messages the consumer found dropped when it caught up (the same messages as `overwritten`,
+    /// counted by the consumer once it notices).
     pub lost: u64,
 }
 
@@ -250,6 +256,7 @@ impl<'a> RingView<'a> {
             head: self.words[C_HEAD].load(Ordering::Relaxed),
             expected: self.words[C_EXPECTED].load(Ordering::Relaxed),
             received: self.words[C_RECEIVED].load(Ordering::Relaxed),
+            skipped: 0,
         }
     }
 }
@@ -420,6 +427,8 @@ pub struct Consumer<'a> {
     head: u64,
     expected: u64,
     received: u64,
+    /// Messages this consumer found dropped (its own count; the shared `lost` is the peer's to scribble).
+    skipped: u64,
 }
 
 impl<'a> Consumer<'a> {
@@ -577,10 +586,17 @@ impl<'a> Consumer<'a> {
         let skipped = seq - self.expected;
         self.head = pos;
         self.expected = seq;
+        self.skipped = self.skipped.wrapping_add(skipped);
         r.words[C_LOST].fetch_add(skipped, Ordering::Relaxed);
         r.words[C_HEAD].store(self.head, Ordering::Release);
         r.words[C_EXPECTED].store(self.expected, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Messages this consumer found dropped by the producer before it could take them, since it was made.
+    /// Sends the producer refused (`Full`) were never queued and are not counted.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
     }
 
     /// Whether a message may be waiting (a cheap poll; `try_recv` is the authority).
