@@ -52,7 +52,8 @@ fn scribble_ring(rng: &mut SmallRng, words: &[AtomicU64], cfg: &RingConfig) {
     };
     let i = i.min(words.len() - 1);
     let mf = cfg.max_frame as u64;
-    let hints = [tail, head, seq, seq.wrapping_sub(1), seq + 1, cap, cap - 16, mf, mf + 1, 1 << 32, (1 << 32) | mf];
+    let hints =
+        [tail, head, seq, seq.wrapping_sub(1), seq.wrapping_add(1), cap, cap - 16, mf, mf + 1, 1 << 32, (1 << 32) | mf];
     let v = boundary(rng, words[i].load(Ordering::Relaxed), &hints);
     words[i].store(v, Ordering::Relaxed);
 }
@@ -223,7 +224,7 @@ fn scribble_signal(rng: &mut SmallRng, words: &[AtomicU64], capacity: usize) {
     };
     let cap = capacity as u64;
     let seq = words[0].load(Ordering::Relaxed);
-    let hints = [cap, cap + 1, cap.saturating_sub(1), seq | 1, seq + 2, 1 << 32];
+    let hints = [cap, cap + 1, cap.saturating_sub(1), seq | 1, seq.wrapping_add(2), 1 << 32];
     words[i].store(boundary(rng, words[i].load(Ordering::Relaxed), &hints), Ordering::Relaxed);
 }
 
