@@ -80,18 +80,17 @@ impl<'a> SignalView<'a> {
         if len > self.capacity {
             return Err(SignalError::TooLarge { len, max: self.capacity });
         }
-        let seq = self.words[0].load(Ordering::Relaxed) | 1;
+        // Odd while writing; the next even value is never 0 ("never written"), even when the peer left the
+        // word at its largest value.
+        let seq = match self.words[0].load(Ordering::Relaxed) | 1 {
+            u64::MAX => 1,
+            s => s,
+        };
         self.words[0].store(seq, Ordering::Relaxed);
         fence(Ordering::Release);
         self.words[1].store(len as u64, Ordering::Relaxed);
         fill(&self.words[SIGNAL_HEADER_WORDS..]);
-        // Never 0 ("never written"), even where a peer pushed the sequence word to the top: a value
-        // written is a value readers see.
-        let next = match seq.wrapping_add(1) {
-            0 => 2,
-            n => n,
-        };
-        self.words[0].store(next, Ordering::Release);
+        self.words[0].store(seq.wrapping_add(1), Ordering::Release);
         Ok(())
     }
 
