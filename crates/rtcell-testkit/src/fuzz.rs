@@ -119,7 +119,6 @@ impl Fuzz {
         let cases = env_or(CASES_VAR, parse_cases, || default_cases.max(1));
         let seed = env_or(SEED_VAR, parse_seed, rand::random::<u64>);
         println!("fuzz {name}: seed {seed}");
-        eprintln!("fuzz {name}: seed {seed}, {cases} cases");
         Self {
             name: name.to_string(),
             cases,
