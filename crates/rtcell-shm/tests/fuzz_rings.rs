@@ -15,7 +15,7 @@ mod common;
 mod fuzz_peer;
 
 use common::{fill, is_payload, zeroed};
-use fuzz_peer::{Peer, boundary, with_peer};
+use fuzz_peer::{Peer, boundary, let_in, with_peer};
 use rtcell_shm::sync::AtomicU64;
 use rtcell_shm::{Freshness, Overflow, RecvError, RingConfig, RingView, SendError, SignalError, SignalView};
 use rtcell_testkit::fuzz::{Fuzz, Rng, SmallRng};
@@ -76,7 +76,7 @@ struct Model {
 
 #[test]
 fn fuzz_ring() {
-    let fuzz = Fuzz::start("fuzz_ring", 4_000_000).with_counters(&[
+    let fuzz = Fuzz::start("fuzz_ring", 2_000_000).with_counters(&[
         "calls with a hostile store before them in the episode",
         "receives that returned a message",
         "calls answered Corrupt",
@@ -188,6 +188,7 @@ fn ring_episode(
             fuzz.hit(0, 1);
         }
         fuzz.case();
+        let_in(rng, 256);
     }
 }
 
@@ -244,7 +245,7 @@ fn check_read(res: Result<(usize, Freshness), SignalError>, out: usize, capacity
 
 #[test]
 fn fuzz_signal() {
-    let fuzz = Fuzz::start("fuzz_signal", 4_000_000).with_counters(&[
+    let fuzz = Fuzz::start("fuzz_signal", 2_000_000).with_counters(&[
         "calls with a hostile store before them in the episode",
         "reads that returned a value",
         "reads answered Busy or Corrupt",
@@ -326,6 +327,7 @@ fn signal_episode(fuzz: &Fuzz, peer: &Peer, rng: &mut SmallRng, t: usize, words:
             fuzz.hit(0, 1);
         }
         fuzz.case();
+        let_in(rng, 256);
     }
 }
 
