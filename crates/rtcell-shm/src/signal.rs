@@ -90,13 +90,7 @@ impl<'a> SignalView<'a> {
         fence(Ordering::Release);
         self.words[1].store(len as u64, Ordering::Relaxed);
         fill(&self.words[SIGNAL_HEADER_WORDS..]);
-        // Never 0 ("never written"), even where a peer pushed the sequence word to the top: a value
-        // written is a value readers see.
-        let next = match seq.wrapping_add(1) {
-            0 => 2,
-            n => n,
-        };
-        self.words[0].store(next, Ordering::Release);
+        self.words[0].store(seq.wrapping_add(1), Ordering::Release);
         Ok(())
     }
 

@@ -17,7 +17,7 @@ mod common;
 mod fuzz_peer;
 
 use common::{build, com_config};
-use fuzz_peer::{Peer, boundary, with_peer};
+use fuzz_peer::{Peer, boundary, let_in, with_peer};
 use rtcell_shm::mapping::SharedMemory;
 use rtcell_shm::sync::AtomicU64;
 use rtcell_shm::{
@@ -203,6 +203,7 @@ fn com_episode(
             fuzz.hit(0, 1);
         }
         fuzz.case();
+        let_in(rng, 256);
     }
     // ServiceNotAvailable is how a scribbled table answers: count that the fuzz reached it.
     if view.send_signal(1, &[0; 4]) == Err(ComError::ServiceNotAvailable) {
@@ -328,6 +329,7 @@ fn fuzz_region() {
                         scribble_region(&mut rng, words);
                     }
                     region_round(&fuzz, &mem, &mut rng);
+                    let_in(&mut rng, 32);
                     fuzz.hit(4, 1);
                     if !peer.clean_since(base) {
                         fuzz.hit(0, 1);

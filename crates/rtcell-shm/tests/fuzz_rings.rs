@@ -15,7 +15,7 @@ mod common;
 mod fuzz_peer;
 
 use common::{fill, is_payload, zeroed};
-use fuzz_peer::{Peer, boundary, with_peer};
+use fuzz_peer::{Peer, boundary, let_in, with_peer};
 use rtcell_shm::sync::AtomicU64;
 use rtcell_shm::{Freshness, Overflow, RecvError, RingConfig, RingView, SendError, SignalError, SignalView};
 use rtcell_testkit::fuzz::{Fuzz, Rng, SmallRng};
@@ -52,7 +52,8 @@ fn scribble_ring(rng: &mut SmallRng, words: &[AtomicU64], cfg: &RingConfig) {
     };
     let i = i.min(words.len() - 1);
     let mf = cfg.max_frame as u64;
-    let hints = [tail, head, seq, seq.wrapping_sub(1), seq + 1, cap, cap - 16, mf, mf + 1, 1 << 32, (1 << 32) | mf];
+    let hints =
+        [tail, head, seq, seq.wrapping_sub(1), seq.wrapping_add(1), cap, cap - 16, mf, mf + 1, 1 << 32, (1 << 32) | mf];
     let v = boundary(rng, words[i].load(Ordering::Relaxed), &hints);
     words[i].store(v, Ordering::Relaxed);
 }
@@ -75,7 +76,7 @@ struct Model {
 
 #[test]
 fn fuzz_ring() {
-    let fuzz = Fuzz::start("fuzz_ring", 4_000_000).with_counters(&[
+    let fuzz = Fuzz::start("fuzz_ring", 2_000_000).with_counters(&[
         "calls with a hostile store before them in the episode",
         "receives that returned a message",
         "calls answered Corrupt",
@@ -187,6 +188,7 @@ fn ring_episode(
             fuzz.hit(0, 1);
         }
         fuzz.case();
+        let_in(rng, 256);
     }
 }
 
@@ -223,7 +225,7 @@ fn scribble_signal(rng: &mut SmallRng, words: &[AtomicU64], capacity: usize) {
     };
     let cap = capacity as u64;
     let seq = words[0].load(Ordering::Relaxed);
-    let hints = [cap, cap + 1, cap.saturating_sub(1), seq | 1, seq + 2, 1 << 32];
+    let hints = [cap, cap + 1, cap.saturating_sub(1), seq | 1, seq.wrapping_add(2), 1 << 32];
     words[i].store(boundary(rng, words[i].load(Ordering::Relaxed), &hints), Ordering::Relaxed);
 }
 
@@ -243,7 +245,7 @@ fn check_read(res: Result<(usize, Freshness), SignalError>, out: usize, capacity
 
 #[test]
 fn fuzz_signal() {
-    let fuzz = Fuzz::start("fuzz_signal", 4_000_000).with_counters(&[
+    let fuzz = Fuzz::start("fuzz_signal", 2_000_000).with_counters(&[
         "calls with a hostile store before them in the episode",
         "reads that returned a value",
         "reads answered Busy or Corrupt",
@@ -325,6 +327,7 @@ fn signal_episode(fuzz: &Fuzz, peer: &Peer, rng: &mut SmallRng, t: usize, words:
             fuzz.hit(0, 1);
         }
         fuzz.case();
+        let_in(rng, 256);
     }
 }
 

@@ -20,6 +20,10 @@
 //! - `RTCELL_FUZZ_SEED` sets the seed (decimal or `0x` hex); unset, it is random from the OS. The seed is
 //!   printed before the first case, so a failing run is replayed with the same seed and case count.
 //! - A panic in the target (a finding) prints the seed, the cases done and the command line that replays it.
+//! - [`Fuzz::watchdog`]: a hang (no case counted for a generous while) aborts the process after printing the
+//!   seed, so every call of the code under test must return.
+//! - [`Fuzz::with_counters`] / [`Fuzz::hit`]: coverage counters (how many cases reached each depth),
+//!   printed before the closing line, so a report can say how far the cases got.
 //!
 //! The generator is `rand`'s `SmallRng` (xoshiro256++ on 64-bit targets): fast, and fully determined by the
 //! seed with the workspace's locked `rand` version. Threads of one target take their own streams
@@ -115,7 +119,6 @@ impl Fuzz {
         let cases = env_or(CASES_VAR, parse_cases, || default_cases.max(1));
         let seed = env_or(SEED_VAR, parse_seed, rand::random::<u64>);
         println!("fuzz {name}: seed {seed}");
-        eprintln!("fuzz {name}: seed {seed}, {cases} cases");
         Self {
             name: name.to_string(),
             cases,

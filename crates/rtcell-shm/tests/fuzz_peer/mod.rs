@@ -65,10 +65,23 @@ impl Peer {
                 for _ in 0..rng.random_range(0..=gap) {
                     std::hint::spin_loop();
                 }
+                if rng.random_ratio(1, 64) {
+                    // Sharing a CPU with the honest side (a loaded machine), hand it back now and then,
+                    // so that stores land between its calls all through an episode, not in one burst.
+                    std::thread::yield_now();
+                }
             } else {
                 std::thread::yield_now();
             }
         }
+    }
+}
+
+/// Called by the honest side after a call: now and then it yields, so that a peer sharing its CPU (a loaded
+/// machine) gets in mid-episode, between calls, rather than only when the honest side is preempted.
+pub fn let_in(rng: &mut SmallRng, one_in: u32) {
+    if rng.random_ratio(1, one_in) {
+        std::thread::yield_now();
     }
 }
 
