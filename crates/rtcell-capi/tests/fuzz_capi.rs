@@ -258,6 +258,7 @@ impl Honest {
         for &(id, len) in SIGS.iter().filter(|_| check) {
             let (mut max, mut dynamic) = (0usize, 1u8);
             // SAFETY: com live; outputs writable.
+            // SAFETY: as said above the match.
             let rc = unsafe { rtcell_com_signal_info(self.com, id, &mut max, &mut dynamic) };
             if rc != E_OK || max != len || dynamic != 0 {
                 // SAFETY: as above.
@@ -307,17 +308,19 @@ impl Honest {
     fn one_case(&mut self, r: &mut Rng) {
         let (id, len) = SIGS[r.below(SIGS.len() as u64) as usize];
         let any = [E_OK, E_NOT_OK, COM_SERVICE_NOT_AVAILABLE, COM_BUSY];
-        // SAFETY (every call below): each buffer holds exactly the bytes the call is told of (or the
-        // signal's length as configured, for the AUTOSAR calls); handles are live; outputs writable.
+        // Every call below: each buffer holds exactly the bytes the call is told of (or the signal's
+        // length as configured, for the AUTOSAR calls); handles are live; outputs writable.
         match r.below(12) {
             0 => {
                 let mut b = Guarded::new(len, r.next() as u8);
+                // SAFETY: as said above the match.
                 let rc = unsafe { Com_SendSignal(id, b.ptr()) };
                 self.expect("Com_SendSignal", rc, &[E_OK, E_NOT_OK, COM_SERVICE_NOT_AVAILABLE]);
                 b.check("Com_SendSignal");
             }
             1 | 2 => {
                 let mut b = Guarded::new(len, 0xee);
+                // SAFETY: as said above the match.
                 let rc = unsafe { Com_ReceiveSignal(id, b.ptr()) };
                 self.expect("Com_ReceiveSignal", rc, &any);
                 b.check("Com_ReceiveSignal");
@@ -325,6 +328,7 @@ impl Honest {
             3 => {
                 let n = r.below(DYN_MAX as u64 + 8) as usize;
                 let mut b = Guarded::new(n, r.next() as u8);
+                // SAFETY: as said above the match.
                 let rc = unsafe { Com_SendDynSignal(DYN_ID, b.ptr(), n as u16) };
                 self.expect("Com_SendDynSignal", rc, &[E_OK, E_NOT_OK, COM_SERVICE_NOT_AVAILABLE]);
                 b.check("Com_SendDynSignal");
@@ -333,6 +337,7 @@ impl Honest {
                 let n = r.below(DYN_MAX as u64 + 8) as usize;
                 let mut b = Guarded::new(n, 0xee);
                 let mut l = n as u16;
+                // SAFETY: as said above the match.
                 let rc = unsafe { Com_ReceiveDynSignal(DYN_ID, b.ptr(), &mut l) };
                 self.expect("Com_ReceiveDynSignal", rc, &any);
                 assert!(rc != E_OK || l as usize <= n, "Com_ReceiveDynSignal: length {l} for {n} bytes");
@@ -343,6 +348,7 @@ impl Honest {
                 let mut b = Guarded::new(n, 0xee);
                 let (mut l, mut fresh) = (0usize, 0u8);
                 let sid = if r.below(2) == 0 { id } else { DYN_ID };
+                // SAFETY: as said above the match.
                 let rc = unsafe { rtcell_com_receive_signal(self.com, sid, b.ptr(), n, &mut l, &mut fresh) };
                 self.expect("rtcell_com_receive_signal", rc, &any);
                 assert!(rc != E_OK || (l <= n && fresh <= 2), "rtcell_com_receive_signal: {l} > {n}");
@@ -354,6 +360,7 @@ impl Honest {
             }
             7 => {
                 let (mut max, mut dynamic) = (0usize, 0u8);
+                // SAFETY: as said above the match.
                 let rc = unsafe { rtcell_com_signal_info(self.com, id, &mut max, &mut dynamic) };
                 self.expect("rtcell_com_signal_info", rc, &any);
                 assert!(rc != E_OK || (max, dynamic) == (len, 0), "signal {id}: {max} bytes, not {len}");
@@ -362,6 +369,7 @@ impl Honest {
                 let q = self.queues[2 * r.below(2) as usize];
                 let n = r.below(FRAME_MAX as u64 + 4) as usize;
                 let mut b = Guarded::new(n, r.next() as u8);
+                // SAFETY: as said above the match.
                 let rc = unsafe { rtcell_queue_send(q, b.ptr(), n) };
                 self.expect("rtcell_queue_send", rc, &[RTE_E_OK, RTE_E_LIMIT, E_NOT_OK, COM_SERVICE_NOT_AVAILABLE]);
                 b.check("rtcell_queue_send");
@@ -371,8 +379,13 @@ impl Honest {
                 let n = r.below(FRAME_MAX as u64 + 4) as usize;
                 let mut b = Guarded::new(n, 0xee);
                 let mut l = 0usize;
+                // SAFETY: as said above the match.
                 let rc = unsafe { rtcell_queue_receive(q, b.ptr(), n, &mut l) };
-                self.expect("rtcell_queue_receive", rc, &[RTE_E_OK, RTE_E_NO_DATA, E_NOT_OK, COM_SERVICE_NOT_AVAILABLE]);
+                self.expect(
+                    "rtcell_queue_receive",
+                    rc,
+                    &[RTE_E_OK, RTE_E_NO_DATA, E_NOT_OK, COM_SERVICE_NOT_AVAILABLE],
+                );
                 assert!(rc & !RTE_E_LOST_DATA != RTE_E_OK || l <= n, "rtcell_queue_receive: {l} > {n}");
                 b.check("rtcell_queue_receive");
             }
@@ -400,8 +413,10 @@ fn fuzz_capi() {
         rings: [q.offset / 8, o.offset / 8],
         ring_words: q.size / 8,
     };
-    let mut h = Honest { region: null_mut(), com: null_mut(), queues: [null_mut(); 4], ok: 0, unavailable: 0, other: 0 };
+    let mut h =
+        Honest { region: null_mut(), com: null_mut(), queues: [null_mut(); 4], ok: 0, unavailable: 0, other: 0 };
     // SAFETY: the mapping outlives the handle (detached below).
+    // SAFETY: as said above the match.
     let rc = unsafe { rtcell_region_attach_memory(shm.as_ptr() as *mut c_void, shm.len(), &mut h.region) };
     assert_eq!(rc, E_OK, "{}", why());
     let (stop, pause, paused) = (AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false));
