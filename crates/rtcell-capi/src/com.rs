@@ -84,7 +84,9 @@ impl Chan {
             if words > TABLE_WORDS {
                 return Err(fail(
                     E_NOT_OK,
-                    format_args!("COM channel {name:?} has too many signals and groups for a payload (at most {SEEN_WORDS})"),
+                    format_args!(
+                        "COM channel {name:?} has too many signals and groups for a payload (at most {SEEN_WORDS})"
+                    ),
                 ));
             }
             [0u64; TABLE_WORDS]
@@ -427,10 +429,10 @@ pub unsafe extern "C" fn rtcell_com_open(
             // Ids must be unique across the context: C names a signal by its id alone.
             let v = c.view();
             for other in com.chans[..com.n].iter().flatten() {
-                let clash = v
-                    .signal_ids()
-                    .find(|&id| !matches!(other.view().signal_len(id), Err(ComError::NotOk(_))))
-                    .or_else(|| v.group_ids().find(|&id| !matches!(other.view().group_len(id), Err(ComError::NotOk(_)))));
+                let clash =
+                    v.signal_ids().find(|&id| !matches!(other.view().signal_len(id), Err(ComError::NotOk(_)))).or_else(
+                        || v.group_ids().find(|&id| !matches!(other.view().group_len(id), Err(ComError::NotOk(_)))),
+                    );
                 if let Some(id) = clash {
                     return fail(
                         E_NOT_OK,

@@ -276,8 +276,11 @@ fn a_refused_send_is_counted_as_refused_and_never_reported_to_the_receiver_as_lo
 #[test]
 fn a_value_sent_after_the_peer_left_the_sequence_word_at_its_largest_value_is_read_back() {
     let mut l = RegionLayout::new();
-    l.com("c", ComConfig { signals: vec![SignalDef { id: 1, max_len: 8, dynamic: false, group: None }], groups: vec![] })
-        .unwrap();
+    l.com(
+        "c",
+        ComConfig { signals: vec![SignalDef { id: 1, max_len: 8, dynamic: false, group: None }], groups: vec![] },
+    )
+    .unwrap();
     let shm = region(&l);
     let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
     let slot = (shm.words()[base + TABLE + 1].load(Ordering::Relaxed) & 0xffff_ffff) as usize;
