@@ -10,10 +10,9 @@
 //! `RTCELL_FUZZ_CASES` (default: a CI budget of a few seconds) and `RTCELL_FUZZ_SEED` (default: random).
 
 use std::ffi::{CStr, c_void};
-use std::hash::BuildHasher;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicU64 as StdAtomicU64, Ordering as O};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rtcell_capi::com::{
     Com_ReceiveDynSignal, Com_ReceiveSignal, Com_ReceiveSignalGroup, Com_SendDynSignal, Com_SendSignal,
@@ -29,9 +28,10 @@ use rtcell_capi::{
 use rtcell_shm::mapping::SharedMemory;
 use rtcell_shm::sync::{AtomicU64, Ordering};
 use rtcell_shm::{ComConfig, GroupDef, Overflow, RegionLayout, RegionView, RingConfig, SignalDef};
+use rtcell_testkit::fuzz::{Fuzz, Rng as _, RngCore as _, SmallRng};
 
-/// Cases when `RTCELL_FUZZ_CASES` is unset (about a second here).
-const CI_CASES: u64 = 100_000;
+/// Cases when `RTCELL_FUZZ_CASES` is unset (a few seconds here).
+const CI_CASES: u64 = 1_000_000;
 /// Fixed-length signals (id, bytes); 5 and 6 are members of group 10.
 const SIGS: [(u16, usize); 6] = [(1, 8), (2, 1), (3, 13), (5, 4), (6, 8), (7, 2)];
 const DYN_ID: u16 = 4;
@@ -41,36 +41,16 @@ const FRAME_MAX: usize = 16;
 const CANARY: u8 = 0x5a;
 const PAD: usize = 16;
 
-/// splitmix64: a small, seedable generator (each thread its own stream).
-struct Rng(u64);
+/// A thin view of the test kit's generator with the two draws this target uses.
+struct Rng(SmallRng);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
+        if n == 0 { 0 } else { self.0.random_range(0..n) }
     }
-}
-
-/// `RTCELL_FUZZ_CASES` / `RTCELL_FUZZ_SEED` (a local stand-in for the test kit's fuzz harness).
-fn budget(default_cases: u64) -> (u64, u64) {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let cases = var("RTCELL_FUZZ_CASES").map_or(default_cases, |v| {
-        let v = v.trim().replace('_', "");
-        v.parse::<u64>().ok().or_else(|| v.parse::<f64>().ok().map(|f| f as u64)).filter(|&n| n > 0).unwrap_or_else(
-            || panic!("RTCELL_FUZZ_CASES={v:?}: expected a positive whole number of cases, e.g. 1000000 or 1e6"),
-        )
-    });
-    let seed = var("RTCELL_FUZZ_SEED").map_or_else(
-        || std::collections::hash_map::RandomState::new().hash_one(std::process::id()),
-        |v| v.trim().parse().unwrap_or_else(|_| panic!("RTCELL_FUZZ_SEED={v:?}: expected a decimal seed")),
-    );
-    (cases, seed)
 }
 
 fn layout() -> RegionLayout {
@@ -400,9 +380,8 @@ impl Honest {
 
 #[test]
 fn fuzz_capi() {
-    let (cases, seed) = budget(CI_CASES);
-    println!("fuzz fuzz_capi: seed {seed}");
-    let start = Instant::now();
+    let fuzz = Fuzz::start("fuzz_capi", CI_CASES);
+    let cases = fuzz.cases();
     let l = layout();
     let shm = SharedMemory::create_anonymous("fuzz-capi", l.size_bytes()).unwrap();
     l.init(shm.words(), std::process::id()).unwrap();
@@ -432,8 +411,8 @@ fn fuzz_capi() {
     let rc = unsafe { rtcell_region_attach_memory(shm.as_ptr() as *mut c_void, shm.len(), &mut h.region) };
     assert_eq!(rc, E_OK, "{}", why());
     let (stop, pause, paused) = (AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false));
-    let (writes, done) = (StdAtomicU64::new(0), StdAtomicU64::new(0));
-    let mut r = Rng(seed);
+    let writes = StdAtomicU64::new(0);
+    let mut r = Rng(fuzz.rng(0));
     h.check_recovery(&mut r);
     let hold = |on: bool| {
         pause.store(on, O::SeqCst);
@@ -443,7 +422,7 @@ fn fuzz_capi() {
     };
     std::thread::scope(|s| {
         s.spawn(|| {
-            let mut r = Rng(seed ^ 0x5bd1_e995);
+            let mut r = Rng(fuzz.rng(1));
             while !stop.load(O::Relaxed) {
                 if pause.load(O::SeqCst) {
                     t.restore();
@@ -461,7 +440,7 @@ fn fuzz_capi() {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             for i in 0..cases {
                 h.one_case(&mut r);
-                done.store(i + 1, O::Relaxed);
+                fuzz.case();
                 if i % 512 == 511 {
                     hold(true);
                     h.check_recovery(&mut r);
@@ -480,10 +459,7 @@ fn fuzz_capi() {
         }));
         stop.store(true, O::Relaxed);
         if let Err(e) = result {
-            eprintln!(
-                "fuzz fuzz_capi: FINDING after {} cases, seed {seed}; replay: RTCELL_FUZZ_SEED={seed} RTCELL_FUZZ_CASES={cases}",
-                done.load(O::Relaxed)
-            );
+            // The kit reports the seed, the cases done and the replay line for an unfinished run.
             std::panic::resume_unwind(e);
         }
     });
@@ -504,5 +480,5 @@ fn fuzz_capi() {
         h.other,
         writes.load(O::Relaxed)
     );
-    println!("fuzz fuzz_capi: {cases} cases, seed {seed}, {:.1} s, 0 findings", start.elapsed().as_secs_f64());
+    fuzz.finish();
 }

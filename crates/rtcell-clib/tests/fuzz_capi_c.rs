@@ -12,10 +12,10 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
 
 use rtcell_shm::mapping::SharedMemory;
 use rtcell_shm::{ComConfig, GroupDef, Overflow, RegionLayout, RegionView, RingConfig, SignalDef};
+use rtcell_testkit::fuzz::Fuzz;
 
 /// Cases under valgrind when `RTCELL_FUZZ_CASES` is unset (a few seconds on a loaded 2-CPU machine).
 const CI_CASES: u64 = 6000;
@@ -29,24 +29,6 @@ fn artifacts() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().and_then(Path::parent).unwrap().to_path_buf()
 }
-
-/// `RTCELL_FUZZ_CASES` / `RTCELL_FUZZ_SEED` (a local stand-in for the test kit's fuzz harness).
-fn budget(default_cases: u64) -> (u64, u64) {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let cases = var("RTCELL_FUZZ_CASES").map_or(default_cases, |v| {
-        let v = v.trim().replace('_', "");
-        v.parse::<u64>().ok().or_else(|| v.parse::<f64>().ok().map(|f| f as u64)).filter(|&n| n > 0).unwrap_or_else(
-            || panic!("RTCELL_FUZZ_CASES={v:?}: expected a positive whole number of cases, e.g. 1000000 or 1e6"),
-        )
-    });
-    let seed = var("RTCELL_FUZZ_SEED").map_or_else(
-        || std::collections::hash_map::RandomState::new().hash_one(std::process::id()),
-        |v| v.trim().parse().unwrap_or_else(|_| panic!("RTCELL_FUZZ_SEED={v:?}: expected a decimal seed")),
-    );
-    (cases, seed)
-}
-
-use std::hash::BuildHasher;
 
 /// The region of the driver: COM channel "c" (signals as in the driver's SIGS, dynamic signal 4, group
 /// 10), rings "q" (reject) and "o" (overwrite oldest).
@@ -82,9 +64,8 @@ fn fuzz_capi_c_valgrind() {
         Command::new("valgrind").arg("--version").output().is_ok_and(|o| o.status.success()),
         "valgrind is not installed (scripts/setup installs it)"
     );
-    let (cases, seed) = budget(CI_CASES);
-    println!("fuzz fuzz_capi_c_valgrind: seed {seed}");
-    let start = Instant::now();
+    let fuzz = Fuzz::start("fuzz_capi_c_valgrind", CI_CASES);
+    let (cases, seed) = (fuzz.cases(), fuzz.seed());
 
     let lib = artifacts().join("librtcell.so");
     assert!(lib.is_file(), "{} is built with the workspace (cargo build --release -p rtcell-clib)", lib.display());
@@ -146,8 +127,6 @@ fn fuzz_capi_c_valgrind() {
     }
     drop(shm);
     let _ = std::fs::remove_dir_all(&dir);
-    println!(
-        "fuzz fuzz_capi_c_valgrind: {cases} cases, seed {seed}, {:.1} s, 0 findings",
-        start.elapsed().as_secs_f64()
-    );
+    fuzz.cases_done(cases);
+    fuzz.finish();
 }
