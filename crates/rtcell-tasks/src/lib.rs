@@ -11,6 +11,7 @@
 //! - [`work`]: the workloads of one cycle; [`cwork`]: user C code and the master talking to it; [`dynamics`]: the 6-axis inverse dynamics.
 
 pub mod clock;
+pub mod corrupt;
 pub mod cwork;
 pub mod dynamics;
 pub mod exec;
@@ -20,5 +21,6 @@ pub mod stats;
 pub mod work;
 
 pub use exec::{SetOutcome, StopSignal, run_set};
-pub use spec::{Inject, MissedPolicy, TaskSpec, TaskWork, Watchdog};
+pub use corrupt::StepError;
+pub use spec::{Inject, OnCorrupt, MissedPolicy, TaskSpec, TaskWork, Watchdog};
 pub use stats::{Schedule, TaskCounters, TaskState, add_schedule_to_layout, add_task_to_layout, read_counters};
