@@ -359,14 +359,14 @@ pub fn verify_final(region: &RegionView<'_>, task: &str) -> Result<TaskCounters,
     let state = w[W_STATE].load(Ordering::Acquire);
     let c = read_counters(region, task).map_err(|e| format!("statistics block {block:?}: {e}"))?;
     match TaskState::from_u64(state) {
-        None => return Err(format!("statistics block {block:?} holds an impossible state ({state:#x})")),
+        None => return Err(format!("statistics block {block:?} was scribbled: it holds an impossible state ({state:#x})")),
         Some(s) if !s.is_final() => return Ok(c),
         Some(_) => {}
     }
     let (want, got) = (check_word(&w[..WORDS]), w[W_CHECK].load(Ordering::Acquire));
     if want != got {
         return Err(format!(
-            "statistics block {block:?} was changed after its task ended (check word {got:#x}, contents give {want:#x})"
+            "statistics block {block:?} was scribbled after its task ended (check word {got:#x}, contents give {want:#x})"
         ));
     }
     Ok(c)
@@ -422,8 +422,22 @@ pub fn read_counters(region: &RegionView<'_>, task: &str) -> Result<TaskCounters
         watchdog_over: r(W_WATCHDOG_OVER),
         unchecked: r(W_UNCHECKED),
         corrupt: r(W_CORRUPT),
-        message: String::from_utf8_lossy(&buf[..n]).into_owned(),
+        message: printable(&String::from_utf8_lossy(&buf[..n])),
     })
+}
+
+/// A message read from shared memory, made safe for a terminal, a log and results.json: control
+/// characters escaped (`\u{1b}`), the rest as written.
+fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Reads one of a task's histograms.
