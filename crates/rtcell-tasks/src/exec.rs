@@ -21,8 +21,7 @@ use crate::corrupt::StepError;
 use crate::params::ParamReader;
 use crate::spec::{MissedPolicy, OnCorrupt, TaskSpec};
 use crate::stats::{
-    BUCKET_NS, BUCKETS, Schedule, StatsWriter, TaskCounters, TaskState, exec_channel, latency_channel,
-    read_counters,
+    BUCKET_NS, BUCKETS, Schedule, StatsWriter, TaskCounters, TaskState, exec_channel, latency_channel, read_counters,
 };
 use crate::work::{Body, CycleInfo, Frames, write_f64s};
 
@@ -90,9 +89,9 @@ pub fn run_set(
         let mut handles = Vec::new();
         for t in tasks {
             let (warnings, halt) = (&warnings, &halt);
-            let h = std::thread::Builder::new().name(format!("task-{}", t.name)).spawn_scoped(s, move || {
-                task_main(t, region, stop, halt, warnings).map(|c| (t.name.clone(), c))
-            });
+            let h = std::thread::Builder::new()
+                .name(format!("task-{}", t.name))
+                .spawn_scoped(s, move || task_main(t, region, stop, halt, warnings).map(|c| (t.name.clone(), c)));
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => outcome.faulted.push((t.name.clone(), format!("cannot start its thread: {e}"))),

@@ -20,7 +20,7 @@ pub mod spec;
 pub mod stats;
 pub mod work;
 
-pub use exec::{SetOutcome, StopSignal, run_set};
 pub use corrupt::StepError;
-pub use spec::{Inject, OnCorrupt, MissedPolicy, TaskSpec, TaskWork, Watchdog};
+pub use exec::{SetOutcome, StopSignal, run_set};
+pub use spec::{Inject, MissedPolicy, OnCorrupt, TaskSpec, TaskWork, Watchdog};
 pub use stats::{Schedule, TaskCounters, TaskState, add_schedule_to_layout, add_task_to_layout, read_counters};

@@ -359,7 +359,9 @@ pub fn verify_final(region: &RegionView<'_>, task: &str) -> Result<TaskCounters,
     let state = w[W_STATE].load(Ordering::Acquire);
     let c = read_counters(region, task).map_err(|e| format!("statistics block {block:?}: {e}"))?;
     match TaskState::from_u64(state) {
-        None => return Err(format!("statistics block {block:?} was scribbled: it holds an impossible state ({state:#x})")),
+        None => {
+            return Err(format!("statistics block {block:?} was scribbled: it holds an impossible state ({state:#x})"));
+        }
         Some(s) if !s.is_final() => return Ok(c),
         Some(_) => {}
     }

@@ -74,7 +74,8 @@ fn run(on_corrupt: &str) -> (Option<i32>, String, serde_json::Value) {
     let _cpu = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let o = rtcell().arg("run").arg(scenario(dir.path(), on_corrupt)).arg("--out").arg(&out).output().expect("rtcell runs");
+    let o =
+        rtcell().arg("run").arg(scenario(dir.path(), on_corrupt)).arg("--out").arg(&out).output().expect("rtcell runs");
     let t = text(&o);
     (o.status.code(), t.clone(), valid_results(&out))
 }
