@@ -182,6 +182,8 @@ pub struct RawTask {
     /// Writable signals this task reads at the start of every cycle and acknowledges (the value it saw).
     #[serde(default)]
     pub params: Vec<String>,
+    /// What the task does when a peer corrupted a channel it uses: "resync" (default) or "trip".
+    pub on_corrupt: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -251,6 +253,13 @@ pub enum RawWork {
     /// The EtherCAT master's cycle on the scenario's `[ethercat]` segment.
     Ethercat {
         outputs: Option<String>,
+    },
+    /// Fault injection: a hostile peer that scribbles `channel` for `cycles` cycles from `at_cycle` on.
+    Scribble {
+        channel: String,
+        at_cycle: u64,
+        #[serde(default = "one")]
+        cycles: u64,
     },
 }
 

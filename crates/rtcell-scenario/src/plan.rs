@@ -8,7 +8,7 @@ use std::time::Duration;
 use rtcell_cells::CellKind;
 use rtcell_tasks::spec::{COMMAND_VALUES, MIN_FRAME_BYTES, SETPOINT_VALUES, TORQUE_VALUES};
 use rtcell_tasks::stats::MAX_TASK_NAME;
-use rtcell_tasks::{Inject, MissedPolicy, TaskSpec, TaskWork, Watchdog};
+use rtcell_tasks::{Inject, MissedPolicy, OnCorrupt, TaskSpec, TaskWork, Watchdog};
 
 use crate::file::{Diag, RawScenario, RawService, RawWork, Spans, parse};
 
@@ -652,6 +652,18 @@ impl Validator<'_> {
                     MissedPolicy::Skip
                 }
             };
+            let on_corrupt = match t.on_corrupt.as_deref() {
+                None | Some("resync") => OnCorrupt::Resync,
+                Some("trip") => OnCorrupt::Trip,
+                Some(o) => {
+                    self.err(
+                        &format!("{p}.on_corrupt"),
+                        format!("unknown choice {o:?}"),
+                        "on_corrupt = \"resync\" (skip the step and go on when the data is valid again) or \"trip\" (stop with the safe value)",
+                    );
+                    OnCorrupt::Resync
+                }
+            };
             let watchdog = t.watchdog.as_ref().map(|w| {
                 if w.time_us == 0 {
                     self.err(
@@ -845,6 +857,21 @@ impl Validator<'_> {
                     };
                     (TaskWork::C { library, init: init.clone(), step: step_name, com }, 1.0)
                 }
+                RawWork::Scribble { channel, at_cycle, cycles } => {
+                    let known = channel_bytes.contains_key(channel.as_str())
+                        || signal_values.contains_key(channel.as_str())
+                        || raw.com.contains_key(channel)
+                        || channel.strip_prefix("task.").is_some_and(|t| raw.tasks.contains_key(t));
+                    if !known {
+                        self.err(
+                            &format!("{p}.workload.channel"),
+                            format!("no channel named {channel:?}"),
+                            "name a [channels], [signals] or [com] channel of the scenario, or task.<task>",
+                        );
+                    }
+                    let work = TaskWork::Scribble { channel: channel.clone(), at_cycle: *at_cycle, cycles: *cycles };
+                    (work, 1.0)
+                }
                 RawWork::ComMaster { input, output } => {
                     let ids = self.com_master_ids(&p, input, output, &coms);
                     (TaskWork::ComMaster { input: input.clone(), output: output.clone(), ids }, 5.0)
@@ -995,6 +1022,7 @@ impl Validator<'_> {
                     safe_value,
                     tsc_khz: 0,
                     params: t.params.clone(),
+                    on_corrupt,
                 },
             });
         }

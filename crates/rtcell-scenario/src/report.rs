@@ -311,6 +311,8 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
                 "overruns": t.counters.overruns,
                 "longest_overrun_run": t.counters.longest,
                 "trip_cycle": t.counters.trip_cycle,
+                "corrupt_steps": t.counters.corrupt,
+                "on_corrupt": t.spec.on_corrupt.as_str(),
                 "cycles_within_1pct": cycles_ok(t),
                 "messages": {
                     "sent": t.counters.sent,

@@ -58,7 +58,8 @@ pub struct HistSummary {
 }
 
 impl HistSummary {
-    fn read(region: &RegionView<'_>, channel: &str) -> HistSummary {
+    /// Reads a histogram; one a peer scribbled is an error of the run (never silently zero).
+    fn read(region: &RegionView<'_>, channel: &str, errors: &mut Vec<String>) -> HistSummary {
         match read_histogram(region, channel) {
             Ok(h) => HistSummary {
                 count: h.count,
@@ -69,7 +70,10 @@ impl HistSummary {
                 buckets: h.buckets().map(|(_, c)| c).collect(),
                 overflow: h.overflow,
             },
-            Err(_) => HistSummary::default(),
+            Err(e) => {
+                errors.push(format!("histogram {e}"));
+                HistSummary::default()
+            }
         }
     }
 
@@ -419,6 +423,7 @@ pub fn run_observed(
     let mut live_lines = 0usize;
     let mut incomplete = false;
     let mut reported_trips: Vec<String> = Vec::new();
+    let mut reported_corrupt: Vec<String> = Vec::new();
     let max_period = plan.tasks.iter().map(|t| t.spec.period_ns).max().unwrap_or(0);
     let linger = Duration::from_nanos(max_period) + Duration::from_millis(500);
     let mut ticks = 0u64;
@@ -449,6 +454,17 @@ pub fn run_observed(
             }
         }
         for (_, s) in &specs {
+            if let Ok(cnt) = read_counters(&region, &s.name)
+                && cnt.corrupt > 0
+                && cnt.state != Some(TaskState::Tripped)
+                && !reported_corrupt.contains(&s.name)
+            {
+                reported_corrupt.push(s.name.clone());
+                if tty {
+                    live_lines = 0;
+                }
+                eprintln!("error: task {:?}: {}", s.name, cnt.message);
+            }
             if let Ok(cnt) = read_counters(&region, &s.name)
                 && cnt.state == Some(TaskState::Tripped)
                 && !reported_trips.contains(&s.name)
@@ -510,9 +526,12 @@ pub fn run_observed(
             handled,
         });
     }
-    if let Some(h) = linux_handle {
-        let _ = h.join();
-    }
+    // The Linux-side tasks' own record of their counters: what a peer wrote into the region cannot
+    // change it.
+    let own: BTreeMap<String, TaskCounters> = match linux_handle.map(|h| h.join()) {
+        Some(Ok(outcome)) => outcome.counters.into_iter().collect(),
+        _ => BTreeMap::new(),
+    };
     drain(&mut sinks);
     if tty && live_lines > 0 {
         print_live(&region, &specs, started_at.elapsed().min(plan.duration + START_MARGIN), tty, live_lines);
@@ -527,10 +546,11 @@ pub fn run_observed(
     let run_duration = if incomplete { measured } else { plan.duration };
     let mut tasks = Vec::new();
     for (cell, s) in &specs {
-        let counters = read_counters(&region, &s.name).unwrap_or_default();
+        let counters = final_counters(&region, &s.name, own.get(&s.name), &mut errors);
         match counters.state {
             Some(TaskState::Tripped) => errors.push(format!("task {:?}: {}", s.name, counters.message)),
             Some(TaskState::Faulted) => errors.push(format!("task {:?} faulted: {}", s.name, counters.message)),
+            _ if counters.corrupt > 0 => errors.push(format!("task {:?}: {}", s.name, counters.message)),
             _ => {}
         }
         if counters.errors > 0 {
@@ -546,8 +566,8 @@ pub fn run_observed(
             cell_kind: kind,
             spec: s.clone(),
             expected: expected_releases(run_duration, s.offset_ns, s.period_ns),
-            exec: HistSummary::read(&region, &exec_channel(&s.name)),
-            latency: HistSummary::read(&region, &latency_channel(&s.name)),
+            exec: HistSummary::read(&region, &exec_channel(&s.name), &mut errors),
+            latency: HistSummary::read(&region, &latency_channel(&s.name), &mut errors),
             counters,
         });
     }
@@ -587,6 +607,41 @@ pub fn run_observed(
         incomplete,
         files,
     })
+}
+
+/// A task's final counters: a Linux-side task's own record (`own`), a cell task's block once checked.
+/// A block that does not hold what the task recorded, or fails its check, is an error naming it.
+fn final_counters(
+    region: &RegionView<'_>,
+    task: &str,
+    own: Option<&TaskCounters>,
+    errors: &mut Vec<String>,
+) -> TaskCounters {
+    let block = rtcell_tasks::stats::stats_channel(task);
+    let shared = rtcell_tasks::stats::verify_final(region, task);
+    match (own, shared) {
+        (Some(own), Ok(shared)) if shared != *own => {
+            errors.push(format!(
+                "statistics block {block:?} was scribbled: it holds {} cycles, state {}, where task {task:?} counted \
+                 {} cycles, state {} (the task's own record is reported)",
+                shared.cycles,
+                shared.state.map_or("?", |s| s.as_str()),
+                own.cycles,
+                own.state.map_or("?", |s| s.as_str()),
+            ));
+            own.clone()
+        }
+        (Some(own), Ok(_)) => own.clone(),
+        (Some(own), Err(e)) => {
+            errors.push(format!("{e} (task {task:?}'s own record is reported)"));
+            own.clone()
+        }
+        (None, Ok(shared)) => shared,
+        (None, Err(e)) => {
+            errors.push(e);
+            read_counters(region, task).unwrap_or_default()
+        }
+    }
 }
 
 /// What every ring of the plan has carried so far.

@@ -13,6 +13,7 @@ use rtcell_shm::{ComReceiver, ComView, Freshness, RegionView};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::mono_ns;
+use crate::corrupt::{StepError, com_corrupt};
 use crate::stats::StatsWriter;
 use crate::work::CycleInfo;
 
@@ -147,6 +148,8 @@ pub struct ComMasterIds {
 pub struct ComMasterBody<'a> {
     input: ComView<'a>,
     output: ComView<'a>,
+    input_name: String,
+    output_name: String,
     ids: ComMasterIds,
     shadow: Vec<u8>,
     seen: Vec<u64>,
@@ -173,6 +176,8 @@ impl<'a> ComMasterBody<'a> {
         Ok(ComMasterBody {
             input: input_view,
             output: output_view,
+            input_name: input.to_string(),
+            output_name: output.to_string(),
             ids,
             shadow: vec![0; shadow],
             seen: vec![0; seen],
@@ -186,26 +191,32 @@ impl<'a> ComMasterBody<'a> {
     }
 
     /// Reads the output group: (seq, u) when it has been written.
-    fn read_reply(&mut self) -> Result<Option<(u32, f64)>, String> {
+    fn read_reply(&mut self) -> Result<Option<(u32, f64)>, StepError> {
+        let out = self.output_name.as_str();
         let mut rx = ComReceiver::new(self.output, &mut self.shadow, &mut self.seen)
-            .map_err(|e| format!("master: output receiver: {e:?}"))?;
+            .map_err(|e| com_corrupt(out, "receiver", e))?;
         match rx.receive_signal_group(self.ids.out_group) {
             Ok(Freshness::NeverWritten) => return Ok(None),
             Ok(_) => {}
             // The controller is mid-update (e.g. preempted while writing): no answer yet.
             Err(rtcell_shm::ComError::Busy) => return Ok(None),
-            Err(e) => return Err(format!("master: output group: {e:?}")),
+            Err(e) => return Err(com_corrupt(out, &format!("group {}", self.ids.out_group), e)),
         }
         let mut s = [0u8; 4];
         let mut u = [0u8; 8];
-        rx.receive_signal(self.ids.out_seq, &mut s).map_err(|e| format!("master: output seq: {e:?}"))?;
-        rx.receive_signal(self.ids.u, &mut u).map_err(|e| format!("master: output u: {e:?}"))?;
+        rx.receive_signal(self.ids.out_seq, &mut s).map_err(|e| com_corrupt(out, "signal seq", e))?;
+        rx.receive_signal(self.ids.u, &mut u).map_err(|e| com_corrupt(out, "signal u", e))?;
         Ok(Some((u32::from_le_bytes(s), f64::from_le_bytes(u))))
     }
 
     /// Waits until the give-up time for the answer to the last sample; `late` says whether it was sent
     /// in an earlier cycle.
-    fn await_answer(&mut self, give_up: u64, late: bool, stats: &mut StatsWriter<'_>) -> Result<Option<f64>, String> {
+    fn await_answer(
+        &mut self,
+        give_up: u64,
+        late: bool,
+        stats: &mut StatsWriter<'_>,
+    ) -> Result<Option<f64>, StepError> {
         let mut polls: u32 = 0;
         loop {
             if let Some((seq, u)) = self.read_reply()?
@@ -231,23 +242,27 @@ impl<'a> ComMasterBody<'a> {
         }
     }
 
-    pub fn cycle(&mut self, c: &CycleInfo, stats: &mut StatsWriter<'_>) -> Result<f64, String> {
+    pub fn cycle(&mut self, c: &CycleInfo, stats: &mut StatsWriter<'_>) -> Result<f64, StepError> {
         let give_up = c.give_up_ns();
         if self.pending && self.await_answer(give_up, true, stats)?.is_none() {
             return Ok(0.0);
         }
+        // The next sample becomes the current one only once it is committed: a step that finds the
+        // channel corrupt sends it again on the next step.
         let n = self.r.len();
-        self.idx = if self.seq == 0 { 0 } else { (self.idx + 1) % n };
-        self.seq = self.seq.wrapping_add(1).max(1);
-        let idx = self.idx;
+        let idx = if self.seq == 0 { 0 } else { (self.idx + 1) % n };
+        let seq = self.seq.wrapping_add(1).max(1);
+        let input = self.input_name.as_str();
         let send = |id: u16, bytes: &[u8]| {
-            self.input.send_signal(id, bytes).map_err(|e| format!("master: signal {id}: {e:?}"))
+            self.input.send_signal(id, bytes).map_err(|e| com_corrupt(input, &format!("signal {id}"), e))
         };
-        send(self.ids.seq, &self.seq.to_le_bytes())?;
+        send(self.ids.seq, &seq.to_le_bytes())?;
         send(self.ids.reset, &[(idx == 0) as u8])?;
         send(self.ids.r, &self.r[idx].to_le_bytes())?;
         send(self.ids.y, &self.y[idx].to_le_bytes())?;
-        self.input.send_signal_group(self.ids.in_group).map_err(|e| format!("master: input group: {e:?}"))?;
+        let group = self.ids.in_group;
+        self.input.send_signal_group(group).map_err(|e| com_corrupt(input, &format!("group {group}"), e))?;
+        (self.idx, self.seq) = (idx, seq);
         stats.sent += 1;
         self.pending = true;
         Ok(self.await_answer(give_up, false, stats)?.unwrap_or(0.0))

@@ -17,10 +17,11 @@ use rtcell_shm::histogram::HistogramWriter;
 use rtcell_shm::{RegionView, SignalView};
 
 use crate::clock::{mono_ns, sleep_ns, sleep_until};
+use crate::corrupt::StepError;
 use crate::params::ParamReader;
-use crate::spec::{MissedPolicy, TaskSpec};
+use crate::spec::{MissedPolicy, OnCorrupt, TaskSpec};
 use crate::stats::{
-    BUCKET_NS, BUCKETS, Schedule, StatsWriter, TaskState, exec_channel, latency_channel, read_counters,
+    BUCKET_NS, BUCKETS, Schedule, StatsWriter, TaskCounters, TaskState, exec_channel, latency_channel, read_counters,
 };
 use crate::work::{Body, CycleInfo, Frames, write_f64s};
 
@@ -38,6 +39,9 @@ pub struct SetOutcome {
     pub faulted: Vec<(String, String)>,
     /// A stop was requested before the end.
     pub stopped: bool,
+    /// Each task's own record of its counters (kept off the shared region, so a peer that scribbles
+    /// the region cannot change them); a task that could not attach its statistics has none.
+    pub counters: Vec<(String, TaskCounters)>,
 }
 
 /// Where a task set learns that it must stop early.
@@ -85,9 +89,9 @@ pub fn run_set(
         let mut handles = Vec::new();
         for t in tasks {
             let (warnings, halt) = (&warnings, &halt);
-            let h = std::thread::Builder::new().name(format!("task-{}", t.name)).spawn_scoped(s, move || {
-                task_main(t, region, stop, halt, warnings);
-            });
+            let h = std::thread::Builder::new()
+                .name(format!("task-{}", t.name))
+                .spawn_scoped(s, move || task_main(t, region, stop, halt, warnings).map(|c| (t.name.clone(), c)));
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => outcome.faulted.push((t.name.clone(), format!("cannot start its thread: {e}"))),
@@ -130,11 +134,14 @@ pub fn run_set(
             std::thread::sleep(Duration::from_millis(5));
         }
         for h in handles {
-            let _ = h.join();
+            if let Ok(Some(c)) = h.join() {
+                outcome.counters.push(c);
+            }
         }
     });
     for t in tasks {
-        if let Ok(c) = read_counters(region, &t.name) {
+        let own = outcome.counters.iter().find(|(n, _)| n == &t.name).map(|(_, c)| c.clone());
+        if let Some(c) = own.or_else(|| read_counters(region, &t.name).ok()) {
             match c.state {
                 Some(TaskState::Tripped) => outcome.tripped.push((t.name.clone(), c.message)),
                 Some(TaskState::Faulted) if !outcome.faulted.iter().any(|(n, _)| n == &t.name) => {
@@ -168,12 +175,15 @@ fn task_main(
     stop: &dyn StopSignal,
     halt: &AtomicBool,
     warnings: &Mutex<Vec<String>>,
-) {
-    let Ok(stats) = StatsWriter::attach(region, &spec.name) else {
+) -> Option<TaskCounters> {
+    let Ok(mut stats) = StatsWriter::attach(region, &spec.name) else {
         // No statistics channel: nothing can be reported; the supervisor times out on this task.
-        return;
+        return None;
     };
-    let fault = |stats: &StatsWriter<'_>, msg: String| stats.finish(TaskState::Faulted, &msg);
+    let fault = |mut stats: StatsWriter<'_>, msg: String| {
+        stats.finish(TaskState::Faulted, &msg);
+        Some(stats.own())
+    };
     let req = RtRequest { cpu: Some(spec.cpu), fifo_priority: Some(spec.priority), lock_memory: true };
     match apply_rt(&req) {
         Ok(w) => {
@@ -181,7 +191,7 @@ fn task_main(
                 all.extend(w.into_iter().map(|w| format!("task {:?}: {w}", spec.name)));
             }
         }
-        Err(e) => return fault(&stats, format!("real-time setup: {e}")),
+        Err(e) => return fault(stats, format!("real-time setup: {e}")),
     }
     let hist = |ch: String| -> Result<HistogramWriter<'_>, String> {
         let w = region.raw(&ch).map_err(|e| format!("{ch}: {e}"))?;
@@ -203,7 +213,7 @@ fn task_main(
     })();
     let (lat, exec, body, frames, out, params, sched) = match prepared {
         Ok(p) => p,
-        Err(e) => return fault(&stats, e),
+        Err(e) => return fault(stats, e),
     };
     stats.set_state(TaskState::Ready);
     let mut run = Running { spec, stats, lat, exec, body, frames, out, params, ns_per_tick, wd_over: 0 };
@@ -214,7 +224,7 @@ fn task_main(
         }
         if stop.stop_requested() || halt.load(Ordering::Relaxed) {
             run.stats.finish(TaskState::Stopped, "");
-            return;
+            return Some(run.stats.own());
         }
         sleep_ns(GO_POLL_NS);
     };
@@ -235,6 +245,7 @@ fn task_main(
         }
         Err(End::Fault(msg)) => run.stats.finish(TaskState::Faulted, &msg),
     }
+    Some(run.stats.own())
 }
 
 enum End {
@@ -268,6 +279,29 @@ impl Running<'_> {
         Ok(())
     }
 
+    /// A step that failed: a fault ends the task; a corrupt channel is counted and reported, then the
+    /// task resyncs (`Ok(None)`: this step's work is skipped) or trips, as its `on_corrupt` says.
+    fn corrupt_step(&mut self, e: StepError, k: u64) -> Result<Option<f64>, End> {
+        let msg = match e {
+            StepError::Fault(m) => return Err(End::Fault(m)),
+            e @ StepError::Corrupt { .. } => e.to_string(),
+        };
+        self.stats.corrupt += 1;
+        match self.spec.on_corrupt {
+            OnCorrupt::Resync => {
+                if self.stats.corrupt == 1 {
+                    self.stats.set_message(&format!("{msg}, first at cycle {k}; resyncing"));
+                }
+                Ok(None)
+            }
+            OnCorrupt::Trip => {
+                self.stats.set_trip_cycle(k);
+                self.stats.publish();
+                Err(End::Tripped(format!("{msg}, at cycle {k}")))
+            }
+        }
+    }
+
     /// Returns `Ok(true)` at the end of the schedule, `Ok(false)` on a stop.
     fn periodic_loop(&mut self, start: u64, sched: &Schedule<'_>, stopped: &dyn Fn() -> bool) -> Result<bool, End> {
         let period = self.spec.period_ns;
@@ -293,8 +327,13 @@ impl Running<'_> {
             for p in &mut self.params {
                 p.poll().map_err(End::Fault)?;
             }
-            let value = self.body.cycle(&info, &mut self.stats).map_err(End::Fault)?;
-            self.frames.exchange(value, &mut self.stats).map_err(End::Fault)?;
+            let value = match self.body.cycle(&info, &mut self.stats) {
+                Ok(v) => Some(v),
+                Err(e) => self.corrupt_step(e, k)?,
+            };
+            if let Some(value) = value {
+                self.frames.exchange(value, &mut self.stats).map_err(End::Fault)?;
+            }
             let c1 = rdtsc_ordered();
             let t_end = mono_ns();
             let exec_ns = (c1.wrapping_sub(c0) as f64 * self.ns_per_tick) as u64;

@@ -11,6 +11,7 @@
 //! - [`work`]: the workloads of one cycle; [`cwork`]: user C code and the master talking to it; [`dynamics`]: the 6-axis inverse dynamics.
 
 pub mod clock;
+pub mod corrupt;
 pub mod cwork;
 pub mod dynamics;
 pub mod exec;
@@ -19,6 +20,7 @@ pub mod spec;
 pub mod stats;
 pub mod work;
 
+pub use corrupt::StepError;
 pub use exec::{SetOutcome, StopSignal, run_set};
-pub use spec::{Inject, MissedPolicy, TaskSpec, TaskWork, Watchdog};
+pub use spec::{Inject, MissedPolicy, OnCorrupt, TaskSpec, TaskWork, Watchdog};
 pub use stats::{Schedule, TaskCounters, TaskState, add_schedule_to_layout, add_task_to_layout, read_counters};

@@ -41,6 +41,31 @@ pub struct TaskSpec {
     /// its sequence number, to the signal's acknowledgement (`<name>.ack`, see [`crate::params`]).
     #[serde(default)]
     pub params: Vec<String>,
+    /// What the task does when a channel it reads was corrupted by a peer.
+    #[serde(default)]
+    pub on_corrupt: OnCorrupt,
+}
+
+/// What a task does when a peer corrupted a channel it reads (a table that no longer matches the
+/// layout, a slot that cannot be read): either way the step is counted and reported by channel name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCorrupt {
+    /// The default: the step's work is skipped (nothing computed from corrupt data, the output keeps
+    /// its last value), the task stays on its schedule and resumes when the peer's data is valid again.
+    #[default]
+    Resync,
+    /// The task stops as on a watchdog trip and writes its safe value (when it has one).
+    Trip,
+}
+
+impl OnCorrupt {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OnCorrupt::Resync => "resync",
+            OnCorrupt::Trip => "trip",
+        }
+    }
 }
 
 // Every float in a spec is finite (the scenario layer refuses NaN and infinities), so equality is an
@@ -167,6 +192,10 @@ pub enum TaskWork {
         #[serde(default)]
         busy_poll: bool,
     },
+    /// Fault injection (a hostile peer, for tests and demonstrations): from cycle `at_cycle` on
+    /// (0-based), for `cycles` cycles, overwrites the first words of `channel` (its header and table,
+    /// or a task's statistics block) with garbage every cycle; then puts back the words it found there.
+    Scribble { channel: String, at_cycle: u64, cycles: u64 },
 }
 
 impl TaskWork {
@@ -182,6 +211,7 @@ impl TaskWork {
             TaskWork::C { .. } => "c",
             TaskWork::ComMaster { .. } => "com_master",
             TaskWork::Ethercat { .. } => "ethercat",
+            TaskWork::Scribble { .. } => "scribble",
         }
     }
 }

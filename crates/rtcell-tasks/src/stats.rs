@@ -91,6 +91,11 @@ pub const W_WATCHDOG_OVER: usize = 13;
 /// Replies that could not be checked (offload master: a request of their pass was never delivered,
 /// so the cell's controller state no longer follows the reference until the next pass).
 pub const W_UNCHECKED: usize = 14;
+/// Steps that found a channel corrupted by a peer (see [`crate::corrupt`]).
+pub const W_CORRUPT: usize = 15;
+/// Check word over the final block (state, counters, message), written with the final state: a reader
+/// tells a block a peer scribbled after the task ended from the task's own.
+const W_CHECK: usize = 30;
 const W_MSG_LEN: usize = 31;
 const W_MSG: usize = 32;
 /// Longest message a task can leave.
@@ -200,6 +205,11 @@ pub struct StatsWriter<'a> {
     pub late: u64,
     pub watchdog_over: u64,
     pub unchecked: u64,
+    pub corrupt: u64,
+    /// Our own copy of what is published (the shared block is the peer-visible one).
+    state: Option<TaskState>,
+    trip_cycle: Option<u64>,
+    message: String,
 }
 
 fn stats_words<'a>(region: &RegionView<'a>, task: &str) -> Result<&'a [AtomicU64], AttachError> {
@@ -232,6 +242,10 @@ impl<'a> StatsWriter<'a> {
             late: 0,
             watchdog_over: 0,
             unchecked: 0,
+            corrupt: 0,
+            state: Some(TaskState::Starting),
+            trip_cycle: None,
+            message: String::new(),
         })
     }
 
@@ -251,6 +265,7 @@ impl<'a> StatsWriter<'a> {
         s(W_LATE, self.late);
         s(W_WATCHDOG_OVER, self.watchdog_over);
         s(W_UNCHECKED, self.unchecked);
+        s(W_CORRUPT, self.corrupt);
         self.w[W_CYCLES].store(self.cycles, Ordering::Release);
     }
 
@@ -266,25 +281,97 @@ impl<'a> StatsWriter<'a> {
         }
     }
 
-    pub fn set_state(&self, s: TaskState) {
+    pub fn set_state(&mut self, s: TaskState) {
+        self.state = Some(s);
         self.w[W_STATE].store(s as u64, Ordering::Release);
     }
 
-    /// Final state with a message (truncated to [`MAX_MESSAGE`] bytes at a character boundary).
-    pub fn finish(&self, s: TaskState, message: &str) {
+    /// Leaves a message (truncated to [`MAX_MESSAGE`] bytes at a character boundary) without ending.
+    pub fn set_message(&mut self, message: &str) {
         let mut n = message.len().min(MAX_MESSAGE);
         while !message.is_char_boundary(n) {
             n -= 1;
         }
-        copy_to_words(&message.as_bytes()[..n], &self.w[W_MSG..]);
+        self.message = message[..n].to_string();
+        copy_to_words(self.message.as_bytes(), &self.w[W_MSG..]);
         self.w[W_MSG_LEN].store(n as u64, Ordering::Relaxed);
-        self.publish();
-        self.set_state(s);
     }
 
-    pub fn set_trip_cycle(&self, cycle: u64) {
+    /// Final state with a message; an empty message keeps the one left before (a corrupt channel the
+    /// task resynced from, with the count of corrupt steps).
+    pub fn finish(&mut self, s: TaskState, message: &str) {
+        if !message.is_empty() {
+            self.set_message(message);
+        } else if self.corrupt > 0 {
+            let m = format!("{} ({} corrupt steps in all)", self.message, self.corrupt);
+            self.set_message(&m);
+        }
+        self.publish();
+        self.set_state(s);
+        self.w[W_CHECK].store(check_word(&self.w[..WORDS]), Ordering::Release);
+    }
+
+    pub fn set_trip_cycle(&mut self, cycle: u64) {
+        self.trip_cycle = Some(cycle);
         self.w[W_TRIP_CYCLE].store(cycle + 1, Ordering::Relaxed);
     }
+
+    /// The task's own record of its counters, whatever a peer wrote into the shared block.
+    pub fn own(&self) -> TaskCounters {
+        TaskCounters {
+            state: self.state,
+            cycles: self.cycles,
+            overruns: self.overruns,
+            consec: self.consec,
+            longest: self.longest,
+            skipped: self.skipped,
+            sent: self.sent,
+            send_fail: self.send_fail,
+            received: self.received,
+            recv_lost: self.recv_lost,
+            errors: self.errors,
+            late: self.late,
+            trip_cycle: self.trip_cycle,
+            watchdog_over: self.watchdog_over,
+            unchecked: self.unchecked,
+            corrupt: self.corrupt,
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// FNV-1a over every word of a counter block but the check word itself.
+fn check_word(w: &[AtomicU64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (i, x) in w.iter().enumerate() {
+        if i != W_CHECK {
+            h = (h ^ x.load(Ordering::Relaxed)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h | 1
+}
+
+/// Checks a final block: the check word written with the final state must match its contents. `Err`
+/// says what is wrong (a peer scribbled the block after the task ended, or the task never finished).
+pub fn verify_final(region: &RegionView<'_>, task: &str) -> Result<TaskCounters, String> {
+    let block = stats_channel(task);
+    let w = stats_words(region, task).map_err(|e| format!("statistics block {block:?}: {e}"))?;
+    let state = w[W_STATE].load(Ordering::Acquire);
+    let c = read_counters(region, task).map_err(|e| format!("statistics block {block:?}: {e}"))?;
+    match TaskState::from_u64(state) {
+        None => {
+            return Err(format!("statistics block {block:?} was scribbled: it holds an impossible state ({state:#x})"));
+        }
+        Some(s) if !s.is_final() => return Ok(c),
+        Some(_) => {}
+    }
+    let (want, got) = (check_word(&w[..WORDS]), w[W_CHECK].load(Ordering::Acquire));
+    if want != got {
+        return Err(format!(
+            "statistics block {block:?} was scribbled after its task ended (check word {got:#x}, contents give {want:#x})"
+        ));
+    }
+    Ok(c)
 }
 
 /// A snapshot of a task's counters, as read by the supervisor.
@@ -307,6 +394,8 @@ pub struct TaskCounters {
     pub trip_cycle: Option<u64>,
     pub watchdog_over: u64,
     pub unchecked: u64,
+    /// Steps that found a channel corrupted by a peer.
+    pub corrupt: u64,
     pub message: String,
 }
 
@@ -334,8 +423,23 @@ pub fn read_counters(region: &RegionView<'_>, task: &str) -> Result<TaskCounters
         trip_cycle: r(W_TRIP_CYCLE).checked_sub(1),
         watchdog_over: r(W_WATCHDOG_OVER),
         unchecked: r(W_UNCHECKED),
-        message: String::from_utf8_lossy(&buf[..n]).into_owned(),
+        corrupt: r(W_CORRUPT),
+        message: printable(&String::from_utf8_lossy(&buf[..n])),
     })
+}
+
+/// A message read from shared memory, made safe for a terminal, a log and results.json: control
+/// characters escaped (`\u{1b}`), the rest as written.
+fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Reads one of a task's histograms.

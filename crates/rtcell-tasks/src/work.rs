@@ -9,6 +9,7 @@ use rtcell_host::tsc::rdtsc_ordered;
 use rtcell_shm::{Consumer, Producer, RecvError, RegionView, SendError, SignalError, SignalView};
 
 use crate::clock::mono_ns;
+use crate::corrupt::{Scribbler, StepError};
 use crate::dynamics::{DOF, GRAVITY, PUMA560, inverse_dynamics, quintic};
 use crate::spec::{COMMAND_VALUES, Inject, MIN_FRAME_BYTES, SETPOINT_VALUES, TORQUE_VALUES, TaskSpec, TaskWork};
 use crate::stats::{StatsWriter, read_counters, read_histogram};
@@ -85,6 +86,7 @@ pub enum Body<'a> {
     C(Box<crate::cwork::CLibrary>),
     ComMaster(Box<crate::cwork::ComMasterBody<'a>>),
     Ethercat(Box<EcatBody<'a>>),
+    Scribble(Box<Scribbler<'a>>),
 }
 
 /// The EtherCAT master's cycle, with its segment in OP.
@@ -354,6 +356,9 @@ impl<'a> Body<'a> {
                     want: Vec::new(),
                 }))
             }
+            TaskWork::Scribble { channel, at_cycle, cycles } => {
+                Body::Scribble(Box::new(Scribbler::prepare(region, channel, *at_cycle, *cycles)?))
+            }
             TaskWork::ComMaster { input, output, ids } => {
                 Body::ComMaster(Box::new(crate::cwork::ComMasterBody::prepare(region, input, output, *ids)?))
             }
@@ -361,7 +366,7 @@ impl<'a> Body<'a> {
     }
 
     /// Runs one cycle; returns the value a frame of this cycle carries.
-    pub fn cycle(&mut self, c: &CycleInfo, stats: &mut StatsWriter<'_>) -> Result<f64, String> {
+    pub fn cycle(&mut self, c: &CycleInfo, stats: &mut StatsWriter<'_>) -> Result<f64, StepError> {
         match self {
             Body::Spin { iters_per_us, us, inject, out } => {
                 let len = match inject {
@@ -451,7 +456,11 @@ impl<'a> Body<'a> {
                 Ok(0.0)
             }
             Body::ComMaster(m) => m.cycle(c, stats),
-            Body::Ethercat(e) => e.cycle(stats),
+            Body::Ethercat(e) => Ok(e.cycle(stats)?),
+            Body::Scribble(x) => {
+                stats.sent += x.cycle(c.k);
+                Ok(0.0)
+            }
             Body::Master(m) => {
                 let n = m.r.len() as u64;
                 let idx = (m.seq % n) as usize;
@@ -469,7 +478,7 @@ impl<'a> Body<'a> {
                         m.intact = false;
                         return Ok(0.0);
                     }
-                    Err(e) => return Err(format!("master: send: {e:?}")),
+                    Err(e) => return Err(format!("master: send: {e:?}").into()),
                 }
                 let mut buf = [0u8; rtcell_control::offload::MESSAGE_BYTES];
                 let mut polls: u32 = 0;
@@ -497,7 +506,7 @@ impl<'a> Body<'a> {
                             }
                             core::hint::spin_loop();
                         }
-                        Err(e) => return Err(format!("master: receive: {e:?}")),
+                        Err(e) => return Err(format!("master: receive: {e:?}").into()),
                     }
                 }
             }

@@ -29,6 +29,7 @@ fn spin_task(name: &str, period_ms: u64, us: f64, inject: Option<Inject>, missed
         safe_value: Vec::new(),
         tsc_khz: 0,
         params: vec![],
+        on_corrupt: Default::default(),
     }
 }
 
