@@ -214,7 +214,8 @@ mod tests {
     fn boot_info_fits_its_page_and_stubs_fit_theirs() {
         assert!(core::mem::size_of::<BootInfo>() <= 4096);
         let mut ram = vec![0u8; 2 << 20];
-        build(&mut ram, 1 << 20, true, &[0x10_0000..0x10_1000]);
+        let code = 0x10_0000..0x10_1000;
+        build(&mut ram, 1 << 20, true, core::slice::from_ref(&code));
         // Common handler ends before the ring-0 stack's page.
         let end = (STUBS_GPA + 32 * 16 + 80) as usize;
         assert!(end < 0x6000);
