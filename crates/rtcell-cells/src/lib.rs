@@ -309,7 +309,12 @@ impl Cell {
             Ok(CellState::Starting) => CellStatus::Starting,
             Ok(CellState::Running) => CellStatus::Running,
             Ok(CellState::Done) => CellStatus::Done(c.exit_code()),
-            Ok(CellState::Faulted) => CellStatus::Faulted(c.message()),
+            // The cell's own words: capped, escaped and labelled as its claim.
+            Ok(CellState::Faulted) => {
+                let mut buf = [0u8; rtcell_shm::control::MAX_MESSAGE];
+                let text = rtcell_host::peer_text(c.message_into(&mut buf), rtcell_host::PEER_TEXT_CAP);
+                CellStatus::Faulted(format!("the cell reports: {text}"))
+            }
             Ok(CellState::Stopped) => CellStatus::Stopped,
             Err(v) => CellStatus::Faulted(format!("cell wrote an impossible state {v} into its control block")),
         })
@@ -370,11 +375,21 @@ impl Cell {
         }
     }
 
-    /// Lines a kvm payload logged.
+    /// Lines a kvm payload logged: the guest's text, each capped and escaped to one printable line.
+    /// Show them labelled as the guest's (`cell "x" log: ...`).
     pub fn logs(&self) -> Vec<String> {
         match &self.runner {
             Runner::Kvm(Some(k)) => k.logs(),
             _ => Vec::new(),
+        }
+    }
+
+    /// The monitor's note when a kvm payload logged more than its rate limit allows (the log
+    /// hypercalls over it are counted, not kept).
+    pub fn log_storm(&self) -> Option<String> {
+        match &self.runner {
+            Runner::Kvm(Some(k)) => k.log_storm(),
+            _ => None,
         }
     }
 

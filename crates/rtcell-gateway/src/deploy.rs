@@ -160,6 +160,7 @@ impl Deployer {
             })?
         };
         let logs = d.cell.logs();
+        let storm = d.cell.log_storm();
         let exits = d.cell.vm_exits();
         let (sha, size, at) = (d.sha256.clone(), d.size, d.stored_at.clone());
         let cpu = d.cell.cpu();
@@ -170,7 +171,11 @@ impl Deployer {
             sha256: sha,
             size_bytes: size,
             stored_at: at.display().to_string(),
-            status: rep.status.to_string(),
+            // The monitor's verdict, then its note on a log storm; the guest's own lines are in `log`.
+            status: match storm {
+                Some(n) => format!("{}; {n}", rep.status),
+                None => rep.status.to_string(),
+            },
             vm_exits: exits.unwrap_or_default().into_iter().collect(),
             log: tail(logs),
         })

@@ -10,6 +10,7 @@ pub mod error;
 pub mod facts;
 #[cfg(test)]
 mod fixture;
+pub mod peer_text;
 pub mod root;
 pub mod sched;
 pub mod tsc;
@@ -18,6 +19,7 @@ pub mod tune;
 pub use check::{Level, Verdict, check_cell_cpu, render_text};
 pub use error::HostError;
 pub use facts::{HostFacts, StealSampler, is_root};
+pub use peer_text::{LogLimiter, PEER_TEXT_CAP, peer_str, peer_text, printable_line};
 pub use root::{HostRoot, ReadError};
 pub use sched::{RtRequest, SchedError, apply_rt};
 pub use tsc::{TscClock, TscError};

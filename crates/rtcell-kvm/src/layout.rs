@@ -2,7 +2,7 @@
 //! Everything the vCPU needs to start in 64-bit ring 3 without running a line of boot code.
 
 use rtcell_guest::abi::{
-    ARGS_SIZE, BOOT_INFO_GPA, BOOT_MAGIC, BOOT_VERSION, BootInfo, HC_FAULT, MSG_GPA, MSG_SIZE, REGION_GPA,
+    ARGS_SIZE, BOOT_INFO_GPA, BOOT_MAGIC, BOOT_VERSION, BootInfo, HC_FAULT, MSG_GPA, MSG_SIZE, REGION_GPA, STACK_SIZE,
     hypercall_gpa,
 };
 
@@ -17,6 +17,8 @@ pub const PDPT_GPA: u64 = 0x9000;
 pub const PD0_GPA: u64 = 0xA000;
 pub const PT0_GPA: u64 = 0xB000;
 pub const PD1_GPA: u64 = 0xC000;
+/// Page table of the last 2 MiB of RAM when RAM is larger than 2 MiB (4 KiB pages for the stack guard).
+pub const PT_TOP_GPA: u64 = 0xD000;
 
 pub const SEL_KERNEL_CODE: u16 = 0x08;
 pub const SEL_USER_DATA: u16 = 0x18 | 3;
@@ -30,6 +32,8 @@ const PTE_P: u64 = 1;
 const PTE_W: u64 = 2;
 const PTE_U: u64 = 4;
 const PTE_PS: u64 = 0x80;
+/// Execute-disable (needs EFER.NXE).
+const PTE_NX: u64 = 1 << 63;
 const TWO_MIB: u64 = 2 << 20;
 /// Exception vectors that push an error code.
 const HAS_ERROR_CODE: [u8; 10] = [8, 10, 11, 12, 13, 14, 17, 21, 29, 30];
@@ -39,9 +43,34 @@ fn put_u64(ram: &mut [u8], gpa: u64, v: u64) {
     ram[a..a + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// The unmapped guard page under the payload's stack (the lowest page of the `STACK_SIZE` bytes at the
+/// top of RAM): a stack overflow is a page fault there, not a write over the payload's data.
+pub fn stack_guard(ram_size: u64) -> core::ops::Range<u64> {
+    let g = ram_size - STACK_SIZE;
+    g..g + 4096
+}
+
+/// Rights of the 4 KiB page at `gpa` of guest RAM: present, writable, user, executable. Only the pages
+/// of executable payload segments (`exec`, GPA ranges) and the exception stubs may be executed.
+fn page_flags(gpa: u64, ram_size: u64, exec: &[core::ops::Range<u64>]) -> u64 {
+    let executable = exec.iter().any(|r| r.start < gpa + 4096 && gpa < r.end);
+    let flags = match gpa {
+        0 => return 0,                                       // null page: not present
+        g if stack_guard(ram_size).contains(&g) => return 0, // stack guard: not present
+        BOOT_INFO_GPA => PTE_P | PTE_U,                      // read-only to the payload
+        MSG_GPA => PTE_P | PTE_W | PTE_U,                    // message buffer
+        STUBS_GPA => return STUBS_GPA | PTE_P,               // exception stubs: ring 0, read and execute
+        g if g < 0x10000 => PTE_P | PTE_W,                   // monitor pages: supervisor only
+        g if g < 0x10_0000 => return 0,                      // unused
+        _ => PTE_P | PTE_W | PTE_U,                          // payload and stack
+    };
+    gpa | flags | if executable { 0 } else { PTE_NX }
+}
+
 /// Writes GDT, TSS, page tables and (if `handlers`) the IDT and its stubs into `ram`.
-/// `ram.len()` is the guest RAM size (a multiple of 2 MiB, at least 2 MiB).
-pub fn build(ram: &mut [u8], region_size: u64, handlers: bool) {
+/// `ram.len()` is the guest RAM size (a multiple of 2 MiB, at least 2 MiB). `exec` are the GPA ranges
+/// of the payload's executable segments: every other page is non-executable (NX), the region included.
+pub fn build(ram: &mut [u8], region_size: u64, handlers: bool, exec: &[core::ops::Range<u64>]) {
     // GDT: null, kernel code, kernel data, user data, user code, 64-bit TSS (two slots).
     let gdt = [0u64, 0x00AF_9A00_0000_FFFF, 0x00CF_9200_0000_FFFF, 0x00CF_F200_0000_FFFF, 0x00AF_FA00_0000_FFFF];
     for (i, d) in gdt.iter().enumerate() {
@@ -69,28 +98,31 @@ pub fn build(ram: &mut [u8], region_size: u64, handlers: bool) {
     put_u64(ram, PML4_GPA, PDPT_GPA | dir);
     put_u64(ram, PDPT_GPA, PD0_GPA | dir);
     put_u64(ram, PDPT_GPA + 8, PD1_GPA | dir);
-    // First 2 MiB in 4 KiB pages so each monitor page gets its own rights.
+    let ram_size = ram.len() as u64;
+    // First 2 MiB in 4 KiB pages so each monitor page gets its own rights; the same for the last 2 MiB
+    // of a larger RAM (its stack guard page).
     put_u64(ram, PD0_GPA, PT0_GPA | dir);
     for page in 0..512u64 {
-        let gpa = page * 4096;
-        let flags = match gpa {
-            0 => 0,                            // null page: not present
-            BOOT_INFO_GPA => PTE_P | PTE_U,    // read-only to the payload
-            MSG_GPA => PTE_P | PTE_W | PTE_U,  // message buffer
-            g if g < 0x10000 => PTE_P | PTE_W, // monitor pages: supervisor only
-            g if g < 0x10_0000 => 0,           // unused
-            _ => PTE_P | PTE_W | PTE_U,        // payload and stack
-        };
-        put_u64(ram, PT0_GPA + 8 * page, if flags == 0 { 0 } else { gpa | flags });
+        put_u64(ram, PT0_GPA + 8 * page, page_flags(page * 4096, ram_size, exec));
     }
-    // The rest of the first GiB in 2 MiB pages: RAM, then unbacked addresses (an access is an MMIO exit).
-    for i in 1..512u64 {
-        put_u64(ram, PD0_GPA + 8 * i, (i * TWO_MIB) | PTE_P | PTE_W | PTE_U | PTE_PS);
+    let top = ram_size / TWO_MIB - 1;
+    if top > 0 {
+        put_u64(ram, PD0_GPA + 8 * top, PT_TOP_GPA | dir);
+        for page in 0..512u64 {
+            put_u64(ram, PT_TOP_GPA + 8 * page, page_flags(top * TWO_MIB + page * 4096, ram_size, exec));
+        }
     }
-    // The region: read-only parts are enforced by read-only memory slots, not by these entries.
+    // The rest of the first GiB in 2 MiB pages: RAM, then unbacked addresses (an access is an MMIO exit);
+    // executable only where an executable segment lies.
+    for i in (1..512u64).filter(|&i| i != top) {
+        let executable = exec.iter().any(|r| r.start < (i + 1) * TWO_MIB && i * TWO_MIB < r.end);
+        let nx = if executable { 0 } else { PTE_NX };
+        put_u64(ram, PD0_GPA + 8 * i, (i * TWO_MIB) | PTE_P | PTE_W | PTE_U | PTE_PS | nx);
+    }
+    // The region, never executable: read-only parts are enforced by read-only memory slots.
     let region_pages = region_size.div_ceil(TWO_MIB).min(512);
     for i in 0..region_pages {
-        put_u64(ram, PD1_GPA + 8 * i, (REGION_GPA + i * TWO_MIB) | PTE_P | PTE_W | PTE_U | PTE_PS);
+        put_u64(ram, PD1_GPA + 8 * i, (REGION_GPA + i * TWO_MIB) | PTE_P | PTE_W | PTE_U | PTE_PS | PTE_NX);
     }
 }
 
@@ -182,7 +214,8 @@ mod tests {
     fn boot_info_fits_its_page_and_stubs_fit_theirs() {
         assert!(core::mem::size_of::<BootInfo>() <= 4096);
         let mut ram = vec![0u8; 2 << 20];
-        build(&mut ram, 1 << 20, true);
+        let code = 0x10_0000..0x10_1000;
+        build(&mut ram, 1 << 20, true, core::slice::from_ref(&code));
         // Common handler ends before the ring-0 stack's page.
         let end = (STUBS_GPA + 32 * 16 + 80) as usize;
         assert!(end < 0x6000);
@@ -192,5 +225,11 @@ mod tests {
         assert_eq!(pte(1) & 7, PTE_P | PTE_U);
         assert_eq!(pte(0x100) & 7, 7);
         assert_eq!(pte(3) & PTE_U, 0);
+        // Code executable, data and stack not; the guard page under the stack not present.
+        assert_eq!(pte(0x100) & PTE_NX, 0);
+        assert_eq!(pte(0x101) & PTE_NX, PTE_NX);
+        assert_eq!(pte(0x1FF) & PTE_NX, PTE_NX);
+        assert_eq!(pte(((2 << 20) - STACK_SIZE) as usize / 4096), 0);
+        assert_eq!(pte(STUBS_GPA as usize / 4096) & (PTE_NX | PTE_U), 0);
     }
 }

@@ -16,6 +16,7 @@ use kvm_ioctls::{Cap, Kvm, VcpuExit, VcpuFd, VmFd};
 use rtcell_guest::abi::{
     FaultInfo, HC_DONE, HC_FAULT, HC_LOG, HC_PANIC, HC_SLEEP, HYPERCALL_GPA, MSG_GPA, MSG_SIZE, REGION_GPA, vector_name,
 };
+use rtcell_host::peer_text::{LogLimiter, PEER_TEXT_CAP, peer_str, peer_text};
 use rtcell_host::sched::{RtRequest, apply_rt};
 use rtcell_shm::RegionView;
 use rtcell_shm::control::{CellState, ControlBlock};
@@ -30,8 +31,12 @@ pub const KVM_DEVICE_ENV: &str = "RTCELL_KVM_DEVICE";
 const KVM_MEM_READONLY: u32 = 2;
 const PAGE: u64 = 4096;
 const TWO_MIB: u64 = 2 << 20;
-/// Log lines kept per cell.
+/// Log lines kept per cell; later ones are counted as suppressed.
 const MAX_LOG_LINES: usize = 1000;
+/// Log hypercalls kept per second per cell (after a burst of [`LOG_BURST`]); the rest are counted.
+pub const LOG_PER_SECOND: u32 = 100;
+/// Log hypercalls a cell may make at once before [`LOG_PER_SECOND`] applies.
+pub const LOG_BURST: u32 = 200;
 
 /// Whether KVM can be used here, and what kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,14 +145,15 @@ pub enum KvmError {
 pub enum VmEnd {
     /// The payload reported done (hypercall) with this exit code.
     Done(i32),
-    /// The payload panicked; its message.
+    /// The payload panicked; its message (the guest's text, capped and escaped).
     Panic(String),
     /// A fault: exception, access outside its memory, triple fault, failed entry, KVM error.
     Fault(String),
     /// Stopped by the supervisor (the payload did not stop on request in time).
     Stopped,
-    /// The watchdog saw no heartbeat for longer than the budget.
-    Watchdog(Duration),
+    /// The watchdog saw the heartbeat counter stand still for longer than the budget, whatever state the
+    /// guest claimed in its control block (`claim`, the guest's words, escaped).
+    Watchdog { silent: Duration, claim: String },
 }
 
 impl VmEnd {
@@ -164,10 +170,14 @@ impl std::fmt::Display for VmEnd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             VmEnd::Done(c) => write!(f, "done (exit code {c})"),
-            VmEnd::Panic(m) => write!(f, "payload panicked: {m}"),
+            VmEnd::Panic(m) => write!(f, "payload panicked; the guest's message: {m}"),
             VmEnd::Fault(m) => write!(f, "faulted: {m}"),
             VmEnd::Stopped => write!(f, "stopped by the supervisor"),
-            VmEnd::Watchdog(d) => write!(f, "watchdog: no heartbeat for {} ms; vCPU stopped", d.as_millis()),
+            VmEnd::Watchdog { silent, claim } => write!(
+                f,
+                "watchdog: no heartbeat for {} ms; vCPU stopped (the guest's control block claimed {claim})",
+                silent.as_millis()
+            ),
         }
     }
 }
@@ -212,6 +222,10 @@ struct Shared {
     watchdog_ns: AtomicU64,
     end: Mutex<Option<VmEnd>>,
     logs: Mutex<Vec<String>>,
+    /// Log hypercalls over the rate limit or past `MAX_LOG_LINES`: counted, not kept.
+    logs_suppressed: AtomicU64,
+    /// What the guest's control block claimed when the watchdog tripped (escaped).
+    watchdog_claim: Mutex<String>,
     finished: AtomicBool,
 }
 
@@ -380,7 +394,9 @@ impl KvmCell {
         }
         {
             let bytes = ram.bytes();
-            layout::build(bytes, cfg.region.len() as u64, cfg.exception_handlers);
+            let exec: Vec<std::ops::Range<u64>> =
+                image.segments.iter().filter(|s| s.executable).map(|s| s.gpa..s.gpa + s.mem_size).collect();
+            layout::build(bytes, cfg.region.len() as u64, cfg.exception_handlers, &exec);
             layout::write_boot_info(bytes, &boot);
             image.load(&cfg.payload, bytes);
         }
@@ -468,6 +484,8 @@ impl KvmCell {
             watchdog_ns: AtomicU64::new(0),
             end: Mutex::new(None),
             logs: Mutex::new(Vec::new()),
+            logs_suppressed: AtomicU64::new(0),
+            watchdog_claim: Mutex::new(String::new()),
             finished: AtomicBool::new(false),
         });
         let mut machine = Machine { vcpu, _vm: vm, ram, region: Arc::clone(&cfg.region), readonly };
@@ -503,9 +521,26 @@ impl KvmCell {
         self.shared.end.lock().ok().and_then(|e| e.clone())
     }
 
-    /// Lines the payload logged.
+    /// Lines the payload logged: the guest's text, each capped and escaped (one printable line); show
+    /// them labelled as the guest's.
     pub fn logs(&self) -> Vec<String> {
         self.shared.logs.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Log hypercalls not kept: over the rate limit ([`LOG_PER_SECOND`], bursts of [`LOG_BURST`]) or
+    /// past the 1000 lines kept per cell.
+    pub fn logs_suppressed(&self) -> u64 {
+        self.shared.logs_suppressed.load(Ordering::Relaxed)
+    }
+
+    /// The monitor's note on a log storm, if the guest logged more than it may.
+    pub fn log_storm(&self) -> Option<String> {
+        let n = self.logs_suppressed();
+        (n > 0).then(|| {
+            format!(
+                "log storm: {n} log messages of the guest suppressed (limit {LOG_PER_SECOND} per second, bursts of {LOG_BURST}, {MAX_LOG_LINES} kept)"
+            )
+        })
     }
 
     /// VM-exit counters of the vCPU, by reason.
@@ -630,15 +665,23 @@ fn set_long_mode_ring3(vcpu: &VcpuFd, handlers: bool, avx: bool) -> Result<(), K
     s.cr0 = 1 | 2 | 0x10 | 0x20 | 0x1_0000 | 0x8000_0000;
     // CR4: PAE, OSFXSR, OSXMMEXCPT, and OSXSAVE when AVX is enabled through XCR0.
     s.cr4 = 0x20 | 0x200 | 0x400 | if avx { 1 << 18 } else { 0 };
-    // EFER: LME, LMA.
-    s.efer = 0x100 | 0x400;
+    // EFER: LME, LMA, NXE (the page tables' execute-disable bits apply).
+    s.efer = 0x100 | 0x400 | 0x800;
     vcpu.set_sregs(&s).map_err(setup_err("KVM_SET_SREGS"))
 }
 
-/// Text the payload left in the message buffer.
+/// Text the payload left in the message buffer: the claimed length `len` is bounded by the buffer and
+/// the peer-text cap before anything is read, then the text is escaped (see `rtcell_host::peer_text`).
 fn message(ram: &GuestRam, len: u64) -> String {
-    let bytes = ram.read(MSG_GPA, (len as usize).min(MSG_SIZE));
-    String::from_utf8_lossy(&bytes).trim_end().to_string()
+    let cap = MSG_SIZE.min(PEER_TEXT_CAP);
+    let n = usize::try_from(len).unwrap_or(usize::MAX).min(cap);
+    let bytes = ram.read(MSG_GPA, n);
+    let end = bytes.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
+    let mut text = peer_text(&bytes[..end], cap);
+    if len > cap as u64 {
+        text.push_str(&format!("…[the guest claimed {len} bytes; {cap} read]"));
+    }
+    text
 }
 
 fn io_value(data: &[u8]) -> u64 {
@@ -654,9 +697,22 @@ fn fault_report(ram: &GuestRam, vector: u64) -> String {
     let (error, rip, rsp, cr2) = (w(1), w(2), w(3), w(4));
     let mut s = format!("{} at RIP {rip:#x} (RSP {rsp:#x})", vector_name(vector));
     if vector == 14 {
-        let what = if error & 2 != 0 { "write" } else { "read" };
-        let why = if error & 1 != 0 { "protection violation" } else { "page not mapped" };
+        let what = match error {
+            e if e & 16 != 0 => "instruction fetch",
+            e if e & 2 != 0 => "write",
+            _ => "read",
+        };
+        let why = match error {
+            e if e & 16 != 0 && e & 1 != 0 => "the page is not executable (NX)",
+            e if e & 1 != 0 => "protection violation",
+            _ => "page not mapped",
+        };
         s.push_str(&format!(": {what} of address {cr2:#x}, {why}"));
+        if layout::stack_guard(ram.len as u64).contains(&cr2) {
+            s.push_str(" (stack overflow: the guard page under the stack)");
+        } else if cr2 >= REGION_GPA && error & 16 != 0 {
+            s.push_str(" (the channel region is never executable)");
+        }
     } else if error != 0 {
         s.push_str(&format!(", error code {error:#x}"));
     }
@@ -691,6 +747,7 @@ impl Drop for ClearOnDrop<'_> {
 }
 
 fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
+    let mut limiter = LogLimiter::new(LOG_PER_SECOND, LOG_BURST);
     loop {
         let exit = m.vcpu.run();
         match exit {
@@ -698,11 +755,16 @@ fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
                 let v = io_value(data);
                 match ((addr - HYPERCALL_GPA) / 8) as u16 {
                     HC_LOG => {
-                        let line = message(&m.ram, v);
-                        if let Ok(mut l) = shared.logs.lock() {
-                            if l.len() < MAX_LOG_LINES {
-                                l.push(line);
-                            }
+                        // Over the limit: counted, and the guest memory is not even read.
+                        let kept = limiter.allow()
+                            && shared.logs.lock().is_ok_and(|mut l| {
+                                l.len() < MAX_LOG_LINES && {
+                                    l.push(message(&m.ram, v));
+                                    true
+                                }
+                            });
+                        if !kept {
+                            shared.logs_suppressed.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     HC_SLEEP => sleep_unless_kicked(shared, Duration::from_nanos(v as u32 as u64)),
@@ -734,7 +796,12 @@ fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
         }
         match shared.kick.load(Ordering::Acquire) {
             KICK_STOP => return VmEnd::Stopped,
-            KICK_WATCHDOG => return VmEnd::Watchdog(Duration::from_nanos(shared.watchdog_ns.load(Ordering::Relaxed))),
+            KICK_WATCHDOG => {
+                return VmEnd::Watchdog {
+                    silent: Duration::from_nanos(shared.watchdog_ns.load(Ordering::Relaxed)),
+                    claim: shared.watchdog_claim.lock().map(|c| c.clone()).unwrap_or_default(),
+                };
+            }
             _ => m.vcpu.set_kvm_immediate_exit(0),
         }
     }
@@ -761,7 +828,7 @@ fn describe_access(m: &Machine, addr: u64, what: &str) -> String {
             (0..v.len())
                 .filter_map(|i| v.entry(i).ok())
                 .find(|e| (e.offset as u64..(e.offset + e.size) as u64).contains(&off))
-                .map(|e| e.name().to_string())
+                .map(|e| peer_str(e.name(), 64))
         });
         return match chan {
             Some(c) => {
@@ -798,6 +865,10 @@ fn record_end(m: &Machine, shared: &Shared, name: &str, end: VmEnd) {
     }
 }
 
+/// The watchdog: the monitor's own judgement of progress. The heartbeat counter in the cell's control
+/// block must advance within `budget`, from the moment the vCPU is started and whatever state the guest
+/// claims there (a guest that writes `Starting` or `Done` and spins is stopped like any other). The
+/// claimed state is kept only to be reported beside the verdict, as the guest's claim.
 fn spawn_watchdog(
     shared: Arc<Shared>,
     region: Arc<SharedMemory>,
@@ -805,25 +876,43 @@ fn spawn_watchdog(
     budget: Duration,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new().name(format!("watchdog-{name}")).spawn(move || {
-        let poll = (budget / 4).max(Duration::from_millis(1));
-        let mut last = (u64::MAX, Instant::now());
+        let poll = (budget / 8).clamp(Duration::from_millis(1), Duration::from_millis(50));
+        let mut last: Option<(u64, Instant)> = None;
         while !shared.finished.load(Ordering::Acquire) {
             std::thread::sleep(poll);
             let Ok(view) = RegionView::attach(region.words()) else { return };
             let Ok(ctl) = ControlBlock::attach(&view, &name) else { return };
-            // Only a running payload is watched; startup is bounded by the supervisor's start timeout.
-            if !matches!(ctl.state(), Ok(CellState::Running)) {
-                last = (ctl.heartbeat(), Instant::now());
-                continue;
-            }
             let hb = ctl.heartbeat();
-            if hb != last.0 {
-                last = (hb, Instant::now());
-            } else if last.1.elapsed() > budget {
-                shared.watchdog_ns.store(last.1.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let since = match last {
+                Some((prev, at)) if prev == hb => at,
+                _ => {
+                    last = Some((hb, Instant::now()));
+                    continue;
+                }
+            };
+            if since.elapsed() > budget {
+                if let Ok(mut c) = shared.watchdog_claim.lock() {
+                    *c = claimed_state(&ctl);
+                }
+                shared.watchdog_ns.store(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 kick(&shared, KICK_WATCHDOG);
                 return;
             }
         }
     })
+}
+
+/// What the guest's control block claims, escaped, for reports: `"done" (exit code 0)`.
+fn claimed_state(ctl: &ControlBlock<'_>) -> String {
+    match ctl.state() {
+        Ok(CellState::Starting) => "\"starting\"".into(),
+        Ok(CellState::Running) => "\"running\"".into(),
+        Ok(CellState::Stopped) => "\"stopped\"".into(),
+        Ok(CellState::Done) => format!("\"done\" (exit code {})", ctl.exit_code()),
+        Ok(CellState::Faulted) => {
+            let mut buf = [0u8; rtcell_shm::control::MAX_MESSAGE];
+            format!("\"faulted\" ({})", peer_text(ctl.message_into(&mut buf), PEER_TEXT_CAP))
+        }
+        Err(v) => format!("an impossible state {v}"),
+    }
 }

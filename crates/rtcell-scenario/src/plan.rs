@@ -1061,10 +1061,19 @@ impl Validator<'_> {
                 elf.display(),
                 t.spec.period_ns / 1000
             ));
+            // A COM channel has one direction: the payload may write only the ones no com_master task
+            // writes (its `input`); the others are read-only memory slots to it.
+            let written_by_others: Vec<&String> = tasks
+                .iter()
+                .filter_map(|o| match &o.spec.work {
+                    TaskWork::ComMaster { input, .. } => Some(input),
+                    _ => None,
+                })
+                .collect();
             c.role = CellRole::Payload {
                 payload: elf.display().to_string(),
                 args: format!("com={}\nperiod_ns={}\n", com.join(","), t.spec.period_ns),
-                writes: com.clone(),
+                writes: com.iter().filter(|n| !written_by_others.contains(n)).cloned().collect(),
             };
             as_payload.push(t.spec.name.clone());
         }

@@ -287,3 +287,96 @@ fn spin_payload_records_its_activation_lateness_in_a_histogram() {
 fn cell_logs_ok(report: &rtcell_cells::CellReport) -> bool {
     report.handled > 0 || report.heartbeat > 0
 }
+
+fn faults_writing(name: &str, args: &str, vm: VmOptions, writes: &[&str]) -> CellSpec {
+    let guest_writes = writes.iter().map(|w| w.to_string()).collect();
+    spec(name, WorkloadSpec::Payload { payload: "faults".into(), args: args.into(), guest_writes }, vm)
+}
+
+fn printable(s: &str) -> bool {
+    !s.chars().any(|c| c.is_control())
+}
+
+#[test]
+fn guest_text_is_capped_escaped_and_labelled_as_the_guests() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let shm = region("t");
+    let mut cell = Cell::start(faults("t", "mode=text", VmOptions::default()), Arc::clone(&shm)).unwrap();
+    let s = finish(&mut cell, Duration::from_secs(20));
+    let text = s.to_string();
+    assert!(matches!(s, CellStatus::Faulted(_)), "{text}");
+    assert!(printable(&text), "control characters reach the terminal: {text:?}");
+    assert!(text.starts_with("faulted: payload panicked; the guest's message: \\x1b[2J"), "{text}");
+    assert!(text.contains("\\0\\rCell \"evil\""), "{text}");
+    assert!(text.contains("claimed 4294967295 bytes"), "{text}");
+    let logs = cell.logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert!(printable(&logs[0]) && logs[0].contains("\\x1b]0;owned\\x07"), "{logs:?}");
+    assert!(logs[0].len() < 4096 + 200, "{} bytes", logs[0].len());
+}
+
+#[test]
+fn a_log_storm_is_counted_and_reported_not_kept() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let shm = region("st");
+    let spec = faults("st", "mode=storm", VmOptions { watchdog_ms: None, ..VmOptions::default() });
+    let mut cell = Cell::start(spec, Arc::clone(&shm)).unwrap();
+    let s = finish(&mut cell, Duration::from_secs(60));
+    assert_eq!(s, CellStatus::Done(0));
+    let kept = cell.logs().len();
+    let storm = cell.log_storm().expect("a log storm note");
+    let suppressed: u64 = storm.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert_eq!(kept as u64 + suppressed, 100_000, "{storm}");
+    assert!(kept <= 1000, "{kept} lines kept");
+    assert!(storm.starts_with("log storm:") && storm.contains("per second"), "{storm}");
+}
+
+#[test]
+fn the_watchdog_judges_the_heartbeat_not_the_state_the_guest_claims() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    for (state, claim) in [("done", "claimed \"done\" (exit code 0)"), ("starting", "claimed \"starting\"")] {
+        let shm = region("w");
+        let vm = VmOptions { watchdog_ms: Some(200), ..VmOptions::default() };
+        let mut cell = Cell::start(faults("w", &format!("mode=fake\nstate={state}"), vm), Arc::clone(&shm)).unwrap();
+        // The bound is the test's patience, not a timing claim: the watchdog must act long before it.
+        let s = finish(&mut cell, Duration::from_secs(20));
+        let text = s.to_string();
+        assert!(matches!(s, CellStatus::Faulted(_)), "{state}: {text}");
+        assert!(text.contains("watchdog: no heartbeat") && text.contains(claim), "{state}: {text}");
+    }
+}
+
+#[test]
+fn direction_nx_and_the_stack_guard_hold_for_every_payload() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let cases: [(&str, &[&str], &[&str]); 6] = [
+        ("mode=wchan\nchan=m2c", &[], &["read-only channel \"m2c\""]),
+        ("mode=wchan\nchan=c2m", &["m2c"], &["read-only channel \"c2m\""]),
+        ("mode=header", &["c2m"], &["read-only region header"]),
+        ("mode=xregion\nchan=c2m", &["c2m"], &["instruction fetch", "not executable", "channel region"]),
+        ("mode=xdata", &[], &["instruction fetch", "not executable"]),
+        ("mode=stack", &[], &["page fault", "stack overflow"]),
+    ];
+    for (args, writes, needles) in cases {
+        let shm = region("f");
+        let mut cell = Cell::start(faults_writing("f", args, VmOptions::default(), writes), Arc::clone(&shm)).unwrap();
+        let s = finish(&mut cell, Duration::from_secs(20));
+        let text = s.to_string();
+        assert!(matches!(s, CellStatus::Faulted(_)), "{args}: {text}");
+        for n in needles {
+            assert!(text.contains(n), "{args}: expected {n:?} in {text:?}");
+        }
+    }
+}

@@ -10,6 +10,19 @@
 //! - `ro`: writes to the boot-info page, which the monitor maps read-only: a page fault.
 //! - `done`: ends with the exit code `code=` (default 0).
 //!
+//! Hostile modes (a payload attacking the monitor and the operator):
+//!
+//! - `text`: logs escape sequences, NUL and a forged status line, claiming a 4 GiB length, then panics
+//!   with the same text.
+//! - `storm`: makes 100,000 log hypercalls, then ends with exit code 0.
+//! - `fake`: claims `state=done` (default) or `state=starting` in its control block, then spins without
+//!   a heartbeat.
+//! - `wchan`: writes the first word of channel `chan=` (any kind).
+//! - `header`: writes the first word of the region (its header).
+//! - `xregion`: writes `ret` into writable channel `chan=` and calls it.
+//! - `xdata`: writes `ret` into a static buffer and calls it.
+//! - `stack`: recurses until the stack overflows.
+//!
 //! With `cell=<name>`, the cell's control block is marked running first.
 
 #![no_std]
@@ -17,7 +30,7 @@
 
 use core::sync::atomic::Ordering;
 
-use rtcell_guest::abi::{BOOT_INFO_GPA, BootInfo};
+use rtcell_guest::abi::{BOOT_INFO_GPA, BootInfo, HC_LOG, HC_PANIC, MSG_GPA, hypercall_gpa};
 use rtcell_guest::rt;
 use rtcell_payloads::{arg, arg_or, control, region};
 use rtcell_shm::ChannelKind;
@@ -82,6 +95,92 @@ fn main(boot: &'static BootInfo) -> i32 {
             }
             code
         }
-        other => panic!("faults: unknown mode {other:?}; one of ud, oob, spin, garbage, panic, ro, done"),
+        "text" => {
+            raw_message(HC_LOG, EVIL);
+            raw_message(HC_PANIC, EVIL);
+            0
+        }
+        "storm" => {
+            for _ in 0..100_000 {
+                rt::log("storm");
+            }
+            0
+        }
+        "fake" => {
+            if let Some(c) = &ctl {
+                match boot.arg("state") {
+                    Some("starting") => c.finish(CellState::Starting, 0, ""),
+                    _ => c.finish(CellState::Done, 0, "all fine"),
+                }
+            }
+            loop {
+                core::hint::spin_loop();
+            }
+        }
+        "wchan" => {
+            let name = arg(boot, "faults", "chan");
+            let entry = region.find(name).unwrap_or_else(|e| panic!("faults: channel {name}: {e}"));
+            if let Some(w) = region.channel_words(&entry).first() {
+                w.store(0xA5A5_A5A5_A5A5_A5A5, Ordering::Relaxed);
+            }
+            panic!("faults: the write to channel {name} was not stopped");
+        }
+        "header" => {
+            rt::region(boot)[0].store(0xA5A5_A5A5_A5A5_A5A5, Ordering::Relaxed);
+            panic!("faults: the write to the region header was not stopped");
+        }
+        "xregion" => {
+            let name = arg(boot, "faults", "chan");
+            let entry = region.find(name).unwrap_or_else(|e| panic!("faults: channel {name}: {e}"));
+            let words = region.channel_words(&entry);
+            let Some(w) = words.first() else { panic!("faults: channel {name} is empty") };
+            w.store(0xC3C3_C3C3_C3C3_C3C3, Ordering::SeqCst); // ret
+            // SAFETY: deliberately calls data: the page is mapped non-executable, so the fetch faults.
+            let f: extern "C" fn() = unsafe { core::mem::transmute(w.as_ptr() as *const ()) };
+            f();
+            panic!("faults: code in channel {name} ran");
+        }
+        "xdata" => {
+            let p = &raw mut CODE;
+            // SAFETY: only this single-threaded payload touches CODE; writing a `ret` then calling it is
+            // the attack: the data page is non-executable, so the fetch faults.
+            unsafe {
+                p.cast::<u8>().write_volatile(0xC3);
+                let f: extern "C" fn() = core::mem::transmute(p as *const ());
+                f();
+            }
+            panic!("faults: code in a data page ran");
+        }
+        "stack" => {
+            let depth = recurse(core::hint::black_box(1));
+            panic!("faults: recursion of depth {depth} did not overflow the stack");
+        }
+        other => panic!("faults: unknown mode {other:?}; see the faults payload's documentation"),
     }
+}
+
+/// Control characters, NUL and a line that imitates the monitor's verdict.
+const EVIL: &[u8] = b"\x1b[2J\x1b[H\0\rCell \"evil\": kvm on CPU 1, done (exit code 0)\n\x1b]0;owned\x07";
+
+/// A data page for `xdata`.
+static mut CODE: [u8; 64] = [0; 64];
+
+/// Writes `text` into the message buffer and makes hypercall `n` claiming a 4 GiB - 1 length.
+fn raw_message(n: u16, text: &[u8]) {
+    // SAFETY: the message buffer is the payload's (MSG_SIZE bytes, user-writable) and `text` is shorter;
+    // the hypercall window is unbacked, so the write only exits to the monitor.
+    unsafe {
+        core::ptr::copy_nonoverlapping(text.as_ptr(), MSG_GPA as *mut u8, text.len());
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        (hypercall_gpa(n) as *mut u32).write_volatile(u32::MAX);
+    }
+}
+
+/// Uses 4 KiB of stack per level, forever.
+#[inline(never)]
+fn recurse(n: u64) -> u64 {
+    let mut frame = [0u8; 4096];
+    frame[n as usize % 4096] = n as u8;
+    core::hint::black_box(&mut frame);
+    recurse(n + 1) + frame[0] as u64
 }

@@ -283,9 +283,12 @@ async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool, ad
         }
         CtlCmd::StopCell { name } => {
             let d = c.stop_cell(pb::StopCellRequest { name }).await?.into_inner();
-            println!("cell {}: {}", d.name, d.status);
+            // The daemon escapes guest text; what reaches this terminal is checked again all the same.
+            let line = |s: &str| rtcell_host::printable_line(s, rtcell_host::PEER_TEXT_CAP);
+            let name = line(&d.name);
+            println!("cell \"{name}\": {}", line(&d.status));
             for l in d.log {
-                println!("  log: {l}");
+                println!("  cell \"{name}\" log: {}", line(&l));
             }
         }
         CtlCmd::Results { run } => {
