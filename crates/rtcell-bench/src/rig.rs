@@ -118,7 +118,9 @@ pub fn send(tx: &mut Producer<'_>, msg: &[u8], cell: &mut Cell, what: impl Fn() 
                     }
                 }
             }
-            Err(e) => return Err(BenchError::Other(format!("send to cell {:?} during {}: {e:?}", cell.name(), what()))),
+            Err(e) => {
+                return Err(BenchError::Other(format!("send to cell {:?} during {}: {e:?}", cell.name(), what())));
+            }
         }
     }
 }

@@ -47,7 +47,17 @@ impl Holder {
     /// `pid 123 (rtcell run plc.toml), since 2026-01-02T03:04:05Z`: every field made printable again
     /// (the record is a file, read as untrusted).
     pub fn describe(&self) -> String {
-        format!("pid {} ({}), since {}", self.pid, printable(&self.command, COMMAND_CAP * 4), utc(self.since_unix))
+        format!("pid {} ({}), since {}", self.pid, self.command_text(), self.since(),)
+    }
+
+    /// The recorded command line, capped and escaped again.
+    pub fn command_text(&self) -> String {
+        printable(&self.command, COMMAND_CAP * 4)
+    }
+
+    /// When it took the CPU, as `YYYY-MM-DDTHH:MM:SSZ`.
+    pub fn since(&self) -> String {
+        utc(self.since_unix)
     }
 }
 
@@ -55,7 +65,9 @@ impl Holder {
 pub enum CpuLockError {
     #[error("{}", held_message(*cpu, holder.as_ref()))]
     Held { cpu: usize, holder: Option<Holder> },
-    #[error("the runtime directory {path} is unsafe: {why} (remove it, or set {RUNTIME_DIR_ENV} to a private directory)")]
+    #[error(
+        "the runtime directory {path} is unsafe: {why} (remove it, or set {RUNTIME_DIR_ENV} to a private directory)"
+    )]
     UnsafeDir { path: PathBuf, why: String },
     #[error("the lock file {path} is unsafe: {why} (remove it)")]
     UnsafeFile { path: PathBuf, why: String },
@@ -214,16 +226,14 @@ fn private_dir(dir: &Path) -> Result<(), CpuLockError> {
 fn read_holder(path: &Path) -> Option<Holder> {
     let t0 = Instant::now();
     loop {
-        let rec = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .ok()
-            .and_then(|f| {
-                let mut s = String::new();
-                f.take(RECORD_CAP).read_to_string(&mut s).ok()?;
-                serde_json::from_str::<Holder>(&s).ok()
-            });
+        let rec =
+            OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path).ok().and_then(
+                |f| {
+                    let mut s = String::new();
+                    f.take(RECORD_CAP).read_to_string(&mut s).ok()?;
+                    serde_json::from_str::<Holder>(&s).ok()
+                },
+            );
         if rec.is_some() || t0.elapsed() > Duration::from_millis(300) {
             return rec;
         }
@@ -251,8 +261,7 @@ pub fn held_cpus_in(dir: &Path) -> Vec<HeldCpu> {
     let mut held = Vec::new();
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(cpu) =
-            name.to_str().and_then(|n| n.strip_prefix("cpu")?.strip_suffix(".lock")?.parse::<usize>().ok())
+        let Some(cpu) = name.to_str().and_then(|n| n.strip_prefix("cpu")?.strip_suffix(".lock")?.parse::<usize>().ok())
         else {
             continue;
         };

@@ -10,9 +10,7 @@ use super::{EXIT_USAGE, Plan};
 pub fn take(cpus: &[usize]) -> Result<CpuLocks, (String, i32)> {
     rtcell_host::cpulock::lock_cpus(cpus).map_err(|e| {
         let code = match e {
-            CpuLockError::Held { .. } | CpuLockError::UnsafeDir { .. } | CpuLockError::UnsafeFile { .. } => {
-                EXIT_USAGE
-            }
+            CpuLockError::Held { .. } | CpuLockError::UnsafeDir { .. } | CpuLockError::UnsafeFile { .. } => EXIT_USAGE,
             CpuLockError::Io { .. } => 1,
         };
         (format!("error: {e}; nothing was started"), code)
