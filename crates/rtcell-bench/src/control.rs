@@ -33,7 +33,7 @@ use rtcell_host::sched::{RtRequest, apply_rt};
 use rtcell_host::tsc::{TscClock, rdtsc_ordered};
 use rtcell_report::table::{Table, fmt_us};
 use rtcell_report::{Kind, Series, Suite, Unit, labels};
-use rtcell_shm::{RegionView, RingConfig, SendError};
+use rtcell_shm::{RegionView, RingConfig};
 
 use crate::loads::{Load, RunningLoad};
 use crate::{BenchError, SuiteRun, loopback, release_thread, rig, series_us, stop_requested};
@@ -242,7 +242,7 @@ fn measure_cell(
     let mut rx = region.ring(rig::C2M).map_err(ring_err)?.consumer();
     let mut buf = vec![0u8; RING_FRAME as usize];
     let timeout_ticks = tsc.ns_to_ticks(rig::ANSWER_TIMEOUT.as_nanos() as f64);
-    let (precision, kind) = (run.precision, run.placement.as_str());
+    let precision = run.precision;
     let mut exits_before = None;
     let what = || format!("the {precision} controller steps");
     for i in 0..WARMUP + iterations {
@@ -254,7 +254,9 @@ fn measure_cell(
         }
         let msg = expected.request(i).encode();
         let t0 = rdtsc_ordered();
-        send(&mut tx, &msg, kind)?;
+        if !rig::send(&mut tx, &msg, cell, what)? {
+            return Ok(true);
+        }
         let Some(n) = rig::await_reply(&mut rx, &mut buf, cell, t0, timeout_ticks, false, what)? else {
             return Ok(true);
         };
@@ -279,7 +281,9 @@ fn measure_cell(
             if (i - WARMUP) % PROBE_EVERY == 0 {
                 let msg = probe_request(i).encode();
                 let t0 = rdtsc_ordered();
-                send(&mut tx, &msg, kind)?;
+                if !rig::send(&mut tx, &msg, cell, what)? {
+                    return Ok(true);
+                }
                 let Some(n) = rig::await_reply(&mut rx, &mut buf, cell, t0, timeout_ticks, false, what)? else {
                     return Ok(true);
                 };
@@ -299,16 +303,6 @@ fn measure_cell(
         _ => None,
     };
     Ok(false)
-}
-
-fn send(tx: &mut rtcell_shm::Producer<'_>, msg: &[u8], kind: &str) -> Result<(), BenchError> {
-    loop {
-        match tx.try_send(msg) {
-            Ok(()) => return Ok(()),
-            Err(SendError::Full) => std::hint::spin_loop(),
-            Err(e) => return Err(BenchError::Other(format!("send to the {kind} cell: {e:?}"))),
-        }
-    }
 }
 
 /// Largest frame of the control rings: the loopback suite's ring, so both exchanges use the same channel.

@@ -288,12 +288,14 @@ impl RunningLoad {
             return r.clone();
         }
         self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
+        let mut stuck = join_within(std::mem::take(&mut self.threads), Instant::now() + procs::STOP_DEADLINE);
         let seconds = self.started.elapsed().as_secs_f64();
         let processes = self.procs.as_mut().map(Supervisor::stop).unwrap_or_default();
-        let tcp_bytes_per_s = self.flood.as_mut().map(|f| f.stop() / seconds.max(1e-9));
+        let tcp_bytes_per_s = self.flood.as_mut().map(|f| {
+            let (bytes, left) = f.stop();
+            stuck.extend(left);
+            bytes / seconds.max(1e-9)
+        });
         let memcpy_bytes_per_s = (self.kind == Load::Memcpy)
             .then(|| if seconds > 0.0 { self.bytes.load(Ordering::Relaxed) as f64 / seconds } else { 0.0 });
         let report = LoadReport {
@@ -302,6 +304,7 @@ impl RunningLoad {
             seconds,
             processes,
             skipped: self.skipped.clone(),
+            stuck,
             memcpy_bytes_per_s,
             tcp_bytes_per_s,
         };
@@ -338,6 +341,8 @@ pub struct LoadReport {
     /// Each load process (or loop of processes), and how it ended.
     pub processes: Vec<procs::ProcOutcome>,
     pub skipped: Vec<String>,
+    /// Threads of the load that did not end by the stop's deadline (abandoned).
+    pub stuck: Vec<String>,
     pub memcpy_bytes_per_s: Option<f64>,
     /// Bytes per second through the loopback TCP stream (dohell).
     pub tcp_bytes_per_s: Option<f64>,
@@ -349,13 +354,16 @@ impl LoadReport {
         self.processes.iter().all(|p| p.death.is_none())
     }
 
-    /// One warning per load process that died during the run.
+    /// One warning per load process that died during the run, and per process or thread that did not
+    /// end when stopped.
     pub fn warnings(&self) -> Vec<String> {
-        self.processes
+        let died = self
+            .processes
             .iter()
             .filter_map(|p| p.death.as_ref())
-            .map(|d| format!("{d}; the run went on without it, so later figures had less interference"))
-            .collect()
+            .map(|d| format!("{d}; the run went on without it, so later figures had less interference"));
+        let stuck = self.processes.iter().filter_map(|p| p.stuck.clone()).chain(self.stuck.iter().cloned());
+        died.chain(stuck).collect()
     }
 
     /// One line for the printed report: what ran, where, how hard, and whether it all stayed alive.
@@ -383,6 +391,10 @@ impl LoadReport {
                 format!("{dead} process(es) died (see the warnings)")
             });
         }
+        let stuck = self.processes.iter().filter(|p| p.stuck.is_some()).count() + self.stuck.len();
+        if stuck > 0 {
+            parts.push(format!("{stuck} process(es) or thread(s) did not end when stopped and were abandoned"));
+        }
         format!(
             "load {} on CPU {} for {:.1} s: {}",
             self.kind.as_str(),
@@ -400,6 +412,7 @@ impl LoadReport {
             "stayed_alive": self.stayed_alive(),
             "processes": self.processes.iter().map(procs::ProcOutcome::to_json).collect::<Vec<_>>(),
             "skipped": self.skipped,
+            "stuck": self.stuck,
             "memcpy_bytes_per_s": self.memcpy_bytes_per_s,
             "tcp_bytes_per_s": self.tcp_bytes_per_s,
         })
@@ -444,6 +457,29 @@ pub fn attach_reports_to(suite: &mut rtcell_report::Suite, warnings: &mut Vec<St
     }
 }
 
+/// Joins `threads`, waiting for each until `deadline` at most; those still running then are left
+/// running (detached) and named in the result: `load thread NAME did not end ...`.
+pub fn join_within(threads: Vec<JoinHandle<()>>, deadline: Instant) -> Vec<String> {
+    let mut left = Vec::new();
+    for t in threads {
+        while !t.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        } else {
+            let msg = format!(
+                "load thread {} did not end within {:.0} s of the stop; abandoned, the run went on without it",
+                t.thread().name().unwrap_or("?"),
+                procs::STOP_DEADLINE.as_secs_f64()
+            );
+            crate::progress!("warning: {msg}");
+            left.push(msg);
+        }
+    }
+    left
+}
+
 /// Whether `path` names an executable file.
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -473,7 +509,11 @@ mod tests {
     #[test]
     fn memcpy_copies_and_reports_without_processes() {
         let load = RunningLoad::start_unlisted(Load::Memcpy, &[0]).unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Until it has copied something (a busy machine may keep it from starting for a while).
+        let t0 = Instant::now();
+        while load.bytes.load(Ordering::Relaxed) == 0 && t0.elapsed() < std::time::Duration::from_secs(60) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let r = load.finish();
         assert!(r.memcpy_bytes_per_s.unwrap() > 0.0);
         assert!(r.processes.is_empty() && r.stayed_alive());
@@ -505,6 +545,7 @@ mod tests {
             runs: 1,
             last_pid: Some(42),
             death: Some("load dd (pid 42) died at t=1.0 s: killed by signal 9 (SIGKILL)".into()),
+            stuck: None,
         };
         let r = LoadReport {
             kind: Load::Dohell,
@@ -512,6 +553,7 @@ mod tests {
             seconds: 2.0,
             processes: vec![dead],
             skipped: vec![],
+            stuck: vec![],
             memcpy_bytes_per_s: None,
             tcp_bytes_per_s: Some(5e6),
         };

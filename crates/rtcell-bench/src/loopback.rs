@@ -11,7 +11,7 @@ use rtcell_host::sched::{RtRequest, apply_rt};
 use rtcell_host::tsc::{TscClock, rdtsc_ordered};
 use rtcell_report::table::{Table, fmt_us};
 use rtcell_report::{Kind, Series, Stats, Suite, Unit, labels};
-use rtcell_shm::{RegionView, RingConfig, SendError};
+use rtcell_shm::{RegionView, RingConfig};
 
 use crate::c2c::{self, C2cConfig};
 use crate::loads::{Load, RunningLoad};
@@ -136,14 +136,10 @@ fn measure_cell_size(
         }
         let payload = window(i, size, pool);
         let t0 = rdtsc_ordered();
-        loop {
-            match tx.try_send(payload) {
-                Ok(()) => break,
-                Err(SendError::Full) => std::hint::spin_loop(),
-                Err(e) => return Err(BenchError::Other(format!("send to the cell: {e:?}"))),
-            }
-        }
         let what = || format!("the {size}-byte round trips");
+        if !rig::send(&mut tx, payload, cell, what)? {
+            return Ok((SizeRun { size, ticks, errors, elapsed_ticks: 0, exits: None }, true));
+        }
         let futex = notify == Notify::Futex;
         let Some(n) = rig::await_reply(&mut rx, &mut reply, cell, t0, timeout_ticks, futex, what)? else {
             return Ok((SizeRun { size, ticks, errors, elapsed_ticks: 0, exits: None }, true));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, VmOptions, WorkloadSpec, control};
 use rtcell_host::tsc::{TscClock, rdtsc_ordered};
 use rtcell_shm::mapping::SharedMemory;
-use rtcell_shm::{Consumer, RecvError, RegionLayout, RegionView, RingConfig};
+use rtcell_shm::{Consumer, Producer, RecvError, RegionLayout, RegionView, RingConfig, SendError};
 
 use crate::{BenchError, stop_requested};
 
@@ -81,6 +81,50 @@ pub fn stop(cell: Cell, warnings: &mut Vec<String>) {
     }
 }
 
+/// Sends `msg` to the cell, waiting while its ring is full: `Ok(true)` sent, `Ok(false)` a stop request
+/// (Ctrl-C, SIGTERM) came while waiting. A cell that leaves the ring full for [`ANSWER_TIMEOUT`] is
+/// checked (dead: an error at once); full for twice as long is an error naming the cell. `what` (called
+/// only then) says which exchange.
+pub fn send(tx: &mut Producer<'_>, msg: &[u8], cell: &mut Cell, what: impl Fn() -> String) -> Result<bool, BenchError> {
+    let mut since: Option<std::time::Instant> = None;
+    let mut spins = 0u32;
+    loop {
+        match tx.try_send(msg) {
+            Ok(()) => return Ok(true),
+            Err(SendError::Full) => {
+                std::hint::spin_loop();
+                spins = spins.wrapping_add(1);
+                if spins % 4096 != 0 {
+                    continue;
+                }
+                let t0 = *since.get_or_insert_with(std::time::Instant::now);
+                let waited = t0.elapsed();
+                if waited > Duration::from_millis(100) && stop_requested() {
+                    return Ok(false);
+                }
+                if waited > ANSWER_TIMEOUT {
+                    let st = cell.status();
+                    let gone = st.is_finished();
+                    if gone || waited > 2 * ANSWER_TIMEOUT {
+                        return Err(BenchError::Other(format!(
+                            "cell {:?} ({}, CPU {}) {} during {}: its input ring stayed full for {:.1} s",
+                            cell.name(),
+                            cell.kind(),
+                            cell.cpu(),
+                            if gone { format!("{st}") } else { format!("is {st} but stopped consuming") },
+                            what(),
+                            waited.as_secs_f64()
+                        )));
+                    }
+                }
+            }
+            Err(e) => {
+                return Err(BenchError::Other(format!("send to cell {:?} during {}: {e:?}", cell.name(), what())));
+            }
+        }
+    }
+}
+
 /// Waits for the cell's answer to a request sent at TSC `t0`, receiving it into `buf`: `Ok(Some(len))`.
 /// Busy-polls, or with `futex` sleeps in the ring's futex between polls. A cell that has not answered
 /// after [`ANSWER_TIMEOUT`] is checked: dead is an error at once, alive but silent for twice as long is
@@ -138,5 +182,49 @@ pub fn await_reply(
             }
             Err(e) => return Err(BenchError::Other(format!("receive from the cell during {}: {e:?}", what()))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cell that stops consuming its input (here: an echo cell reading the other ring, so the master's
+    /// ring fills): the master's send ends with an error naming the cell instead of spinning forever.
+    #[test]
+    fn a_cell_that_stops_consuming_is_named_instead_of_spun_on() {
+        let _cpu = rtcell_testkit::cell_cpu();
+        let tsc = TscClock::calibrate().unwrap();
+        let ring = RingConfig::for_frames(64, 4);
+        // Reads C2M (which nobody writes) and never drains M2C.
+        let workload = WorkloadSpec::Echo { rx: C2M.into(), tx: M2C.into(), max_frame: 64, notify: false };
+        let mut warnings = Vec::new();
+        let RingCell { shm, mut cell, .. } =
+            start("rigtest", CellKind::Thread, "deaf", ring, workload, 1, None, &tsc, &mut warnings).unwrap();
+        let region = region(&shm).unwrap();
+        let mut tx = region.ring(M2C).unwrap().producer();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let outcome = std::thread::scope(|s| {
+            s.spawn(|| {
+                let r = loop {
+                    match send(&mut tx, &[7u8; 16], &mut cell, || "the test's sends".into()) {
+                        Ok(true) => {}
+                        other => break other,
+                    }
+                };
+                let _ = done_tx.send(r.map_err(|e| e.to_string()));
+            });
+            let r = done_rx.recv_timeout(Duration::from_secs(60));
+            if r.is_err() {
+                // Unblock the spinning sender so that the scope can end and the test fail.
+                crate::request_stop();
+            }
+            r
+        });
+        let err = outcome.expect("the send still spins after 60 s").expect_err("a full ring is an error");
+        assert!(err.contains("cell \"deaf\" (thread, CPU 1)"), "{err}");
+        assert!(err.contains("stopped consuming during the test's sends"), "{err}");
+        stop(cell, &mut warnings);
+        drop(warnings);
     }
 }

@@ -6,6 +6,7 @@
 pub mod cache;
 pub mod check;
 pub mod cpu;
+pub mod cpulock;
 pub mod error;
 pub mod facts;
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Subcommands: check, bench, and the hidden cell entry of process cells.
 
 mod all;
+mod cpus;
 mod ctl;
 mod ecat;
 mod gateway;
@@ -695,6 +696,16 @@ fn execute(
         ));
     }
 
+    // Held until the run ends.
+    let cell_cpus: Vec<usize> = plans.iter().flat_map(|(_, p)| cpus::plan_cpus(p)).collect();
+    let _cpu_locks = match cpus::take(&cell_cpus) {
+        Ok(l) => l,
+        Err((msg, EXIT_USAGE)) => return Err(Usage(msg.trim_start_matches("error: ").to_string())),
+        Err((msg, code)) => {
+            eprintln!("{msg}");
+            return Ok(code);
+        }
+    };
     let tsc = match TscClock::calibrate() {
         Ok(t) => t,
         Err(e) => {

@@ -54,15 +54,15 @@ impl Flood {
         Ok(flood)
     }
 
-    /// Stops the stream; returns the bytes that went through. Calling it again returns the same.
-    pub fn stop(&mut self) -> f64 {
+    /// Stops the stream; returns the bytes that went through, and the threads that did not end within
+    /// the load's stop deadline (left running, named). Calling it again returns the same bytes.
+    pub fn stop(&mut self) -> (f64, Vec<String>) {
         for end in &self.ends {
             let _ = end.shutdown(Shutdown::Both);
         }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-        self.received.load(Ordering::Relaxed) as f64
+        let deadline = std::time::Instant::now() + super::procs::STOP_DEADLINE;
+        let left = super::join_within(std::mem::take(&mut self.threads), deadline);
+        (self.received.load(Ordering::Relaxed) as f64, left)
     }
 }
 
@@ -80,8 +80,8 @@ mod tests {
     fn bytes_flow_until_stopped() {
         let mut f = Flood::start(&rtcell_host::cpu::online_cpus().unwrap()).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let bytes = f.stop();
-        assert!(bytes > 0.0);
-        assert_eq!(f.stop(), bytes, "stopped for good");
+        let (bytes, left) = f.stop();
+        assert!(bytes > 0.0 && left.is_empty(), "{left:?}");
+        assert_eq!(f.stop().0, bytes, "stopped for good");
     }
 }

@@ -10,6 +10,11 @@
 //! - asks for SIGKILL when rtcell dies (a SIGKILLed rtcell leaves nothing running), and checks that
 //!   rtcell is still its parent (it may have died before that request).
 //!
+//! Stopping is bounded: SIGKILL to every group, then at most [`STOP_DEADLINE`] for the processes to end.
+//! One that has not ended by then is stuck in the kernel (a SIGKILLed process finishes its system call
+//! first, and some never return promptly, e.g. an exit in `d_invalidate`): it is reported with its pid,
+//! command name, state and wait channel, and abandoned; its watching thread reaps it if it ever ends.
+//!
 //! The watching thread waits for its child without reaping it (`waitid(WNOWAIT)`), kills what is left
 //! in its group while the zombie still holds the group id (so the id cannot have been reused), then
 //! reaps it. A command that ends by itself (`ls -lR /`) is started again, as a shell `while :` loop would;
@@ -23,6 +28,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// How long [`Supervisor::stop`] waits for the killed processes to end before it abandons them.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(2);
 
 /// A command that ends by itself with a failure this soon is broken, not looping.
 const MIN_FAILING_RUN: Duration = Duration::from_secs(1);
@@ -60,6 +68,8 @@ pub struct ProcOutcome {
     pub last_pid: Option<u32>,
     /// `load NAME (pid N) died at t=… s: …` when it ended before the stop.
     pub death: Option<String>,
+    /// `load NAME (pid N) did not end …` when it outlived the stop's deadline and was abandoned.
+    pub stuck: Option<String>,
 }
 
 impl ProcOutcome {
@@ -72,6 +82,7 @@ impl ProcOutcome {
             "last_pid": self.last_pid,
             "stayed_alive": self.death.is_none(),
             "death": self.death,
+            "stuck": self.stuck,
         })
     }
 }
@@ -84,6 +95,7 @@ struct State {
     runs: u64,
     last_pid: Option<u32>,
     death: Option<String>,
+    stuck: Option<String>,
 }
 
 struct Slot {
@@ -137,7 +149,8 @@ impl Supervisor {
         self.slots.iter().filter_map(|s| s.lock().pid).filter_map(|p| u32::try_from(p).ok()).collect()
     }
 
-    /// Kills every process group, waits for the watching threads, and says how each process went.
+    /// Kills every process group, waits for the watching threads at most [`STOP_DEADLINE`], and says how
+    /// each process went; one still running then is reported as stuck and abandoned (never waited for).
     /// Calling it again returns the same outcomes.
     pub fn stop(&mut self) -> Vec<ProcOutcome> {
         for slot in &self.slots {
@@ -147,8 +160,29 @@ impl Supervisor {
                 kill_group(pid);
             }
         }
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+        let deadline = Instant::now() + STOP_DEADLINE;
+        let threads = std::mem::take(&mut self.threads);
+        for (slot, t) in self.slots.iter().zip(threads) {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+                continue;
+            }
+            // Detached: the thread reaps the process if it ever ends.
+            drop(t);
+            let mut st = slot.lock();
+            let pid = st.pid.or_else(|| st.last_pid.and_then(|p| i32::try_from(p).ok())).unwrap_or(0);
+            let msg = format!(
+                "load {} (pid {pid}) did not end within {:.0} s of SIGKILL ({}); abandoned, the run went on without \
+                 waiting for it",
+                slot.spec.name,
+                STOP_DEADLINE.as_secs_f64(),
+                proc_state(pid)
+            );
+            crate::progress!("warning: {msg}");
+            st.stuck = Some(msg);
         }
         self.slots
             .iter()
@@ -161,6 +195,7 @@ impl Supervisor {
                     runs: st.runs,
                     last_pid: st.last_pid,
                     death: st.death.clone(),
+                    stuck: st.stuck.clone(),
                 }
             })
             .collect()
@@ -309,6 +344,26 @@ fn kill_group(pid: i32) {
     }
 }
 
+/// `command NAME, state D (disk sleep), wait channel d_invalidate` from /proc (what is readable).
+fn proc_state(pid: i32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let comm = stat.split_once('(').and_then(|(_, r)| r.rsplit_once(')')).map(|(c, _)| c);
+    let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let state_long = status.lines().find_map(|l| l.strip_prefix("State:")).map(str::trim);
+    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    let shown = |s: &str| s.chars().filter(|c| !c.is_control()).take(64).collect::<String>();
+    match (comm, state) {
+        (Some(c), Some(s)) => format!(
+            "command {}, state {}, wait channel {}",
+            shown(c),
+            shown(state_long.unwrap_or(s)),
+            if wchan.trim().is_empty() || wchan.trim() == "0" { "-".into() } else { shown(wchan.trim()) }
+        ),
+        _ => "gone from /proc".into(),
+    }
+}
+
 /// How a process ended, in the words of the cell reports.
 fn describe(s: &ExitStatus) -> String {
     match (s.code(), s.signal()) {
@@ -404,6 +459,47 @@ mod tests {
         sup.stop();
         assert_eq!(allowed, "0");
         assert_eq!(pgid, pid, "leads its own process group");
+    }
+
+    /// A load process that cannot be reaped: a tracer that is not rtcell holds it (the kernel shows a
+    /// traced process's end to its tracer first, and this one never looks), as a process stuck in the
+    /// kernel would be. The stop ends all the same, within its deadline, and names it.
+    #[test]
+    fn a_load_process_that_cannot_be_reaped_is_reported_and_abandoned() {
+        rtcell_testkit::require!(crate::loads::find_program("sleep").is_some(), "sleep is not installed");
+        let mut sup = Supervisor::start(vec![spec("sleeper", "sleep", &["1000"], false)]).unwrap();
+        let pid = sup.pids()[0] as libc::pid_t;
+        let mut tracer = Command::new(crate::loads::find_program("sleep").unwrap());
+        tracer.arg("1000");
+        // SAFETY: runs in the forked child before exec: one system call on a copied integer.
+        unsafe {
+            tracer.pre_exec(move || {
+                if libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let tracer = tracer.spawn();
+        rtcell_testkit::require!(tracer.is_ok(), "cannot ptrace a child here: {:?}", tracer.as_ref().err());
+        let mut tracer = tracer.unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(sup.stop());
+        });
+        let out = rx.recv_timeout(Duration::from_secs(60));
+        let _ = tracer.kill();
+        let _ = tracer.wait();
+        let out = out.expect("the stop did not end within 60 s");
+        let stuck = out[0].stuck.as_deref().expect("reported as stuck");
+        assert!(stuck.starts_with(&format!("load sleeper (pid {pid}) did not end within 2 s of SIGKILL")), "{stuck}");
+        assert!(stuck.contains("state Z"), "{stuck}");
+        // Released by its tracer, it is reaped in the background.
+        let t0 = Instant::now();
+        while std::fs::metadata(format!("/proc/{pid}")).is_ok() && t0.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(std::fs::metadata(format!("/proc/{pid}")).is_err(), "pid {pid} never reaped");
     }
 
     #[test]

@@ -169,6 +169,7 @@ impl Runner for ScenarioRunner {
         let plan = super::run::load_plan(&req.path, req.duration.as_deref(), &req.kinds).map_err(|(m, _)| m)?;
         let id = run_id(&plan.name);
         let out = super::run::out_dir(&plan, Some(self.out_root.join(&id))).map_err(|(m, _)| m)?;
+        let locks = super::cpus::take(&super::run::plan_cpus(&plan)).map_err(|(m, _)| m)?;
         let slot = Arc::new(RunSlot::new(id, plan.name.clone(), plan.duration, out.clone()));
         let (s2, tsc, history, file) = (Arc::clone(&slot), self.tsc, self.history.clone(), req.path.clone());
         std::thread::Builder::new()
@@ -177,6 +178,8 @@ impl Runner for ScenarioRunner {
                 let observe = |live: Arc<rtcell_scenario::Live>| s2.attach(live);
                 let stop = || s2.stop_requested();
                 let ended = super::run::execute(&plan, &file, &out, history.as_deref(), &tsc, &observe, &stop);
+                // Free before the run is seen as over, so that the next start finds its CPUs free.
+                drop(locks);
                 s2.finish(RunOutcome { exit_code: ended.code, results_path: ended.results, error: ended.error });
             })
             .map_err(|e| format!("cannot start the run's thread: {e}"))?;

@@ -47,6 +47,11 @@ pub fn load_plan(file: &Path, duration: Option<&str>, kinds: &[String]) -> Resul
     Ok(plan)
 }
 
+/// The cell CPUs of a scenario.
+pub fn plan_cpus(plan: &Plan) -> Vec<usize> {
+    plan.cells.iter().map(|c| c.cpu).collect()
+}
+
 /// The results directory of a run: `out`, or a new one; refused if it holds a results.json already.
 pub fn out_dir(plan: &Plan, out: Option<PathBuf>) -> Result<PathBuf, (String, i32)> {
     let out = out.unwrap_or_else(|| default_out(&format!("scenario-{}", plan.name)));
@@ -172,6 +177,14 @@ pub fn main(
     let prepared = load_plan(file, duration, kinds).and_then(|plan| out_dir(&plan, out).map(|o| (plan, o)));
     let (plan, out) = match prepared {
         Ok(p) => p,
+        Err((msg, code)) => {
+            eprintln!("{msg}");
+            return code;
+        }
+    };
+    // Held until the run ends (the gateway's linger included).
+    let _cpu_locks = match super::cpus::take(&plan_cpus(&plan)) {
+        Ok(l) => l,
         Err((msg, code)) => {
             eprintln!("{msg}");
             return code;

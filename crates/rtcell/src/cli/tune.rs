@@ -191,6 +191,9 @@ pub fn check_main(a: CheckArgs) -> i32 {
             }
         };
         doc["host"] = serde_json::to_value(&facts).unwrap_or_default();
+        if root.is_system() {
+            doc["held_cpus"] = super::cpus::held_json(&rtcell_host::cpulock::held_cpus());
+        }
         match serde_json::to_string_pretty(&doc) {
             Ok(s) => println!("{s}"),
             Err(e) => {
@@ -203,7 +206,10 @@ pub fn check_main(a: CheckArgs) -> i32 {
         println!();
         println!("Cell CPU {cpu}:");
         print!("{}", rtcell_host::check::render_text(&hc.verdicts));
-        if !root.is_system() {
+        if root.is_system() {
+            println!();
+            print!("{}", super::cpus::held_text(&rtcell_host::cpulock::held_cpus()));
+        } else {
             println!("(read under {})", root.base().display());
         }
     }
@@ -503,6 +509,8 @@ struct Measure {
     master: usize,
     duration: Duration,
     out: PathBuf,
+    /// The cell CPU, held while measuring.
+    _cpu_locks: rtcell_host::cpulock::CpuLocks,
 }
 
 /// A suite to run, ready to go.
@@ -529,11 +537,15 @@ impl Measure {
                 )));
             }
         }
+        let cpu_locks = super::cpus::take(&[cell]).map_err(|(msg, code)| {
+            eprintln!("{msg}");
+            code
+        })?;
         let tsc = TscClock::calibrate().map_err(|e| {
             eprintln!("error: {e}");
             1
         })?;
-        Ok(Measure { tsc, cell, master, duration, out })
+        Ok(Measure { tsc, cell, master, duration, out, _cpu_locks: cpu_locks })
     }
 
     fn latency_config(&self, dir: &Path) -> LatencyConfig {
