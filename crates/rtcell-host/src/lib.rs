@@ -10,6 +10,7 @@ pub mod error;
 pub mod facts;
 #[cfg(test)]
 mod fixture;
+pub mod outdir;
 pub mod root;
 pub mod sched;
 pub mod tsc;
