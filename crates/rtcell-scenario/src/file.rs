@@ -443,6 +443,9 @@ pub fn parse(text: &str) -> Result<(RawScenario, Spans), Diag> {
             Ok(i) => i + 1,
             Err(i) => i,
         });
+        if let Some(d) = line.and_then(|l| bare_word(text, l)) {
+            return Err(d);
+        }
         let first = e.message().lines().next().unwrap_or("").trim().to_string();
         return Err(Diag::new(line, "", format!("syntax error: {first}"), "fix the TOML syntax at that line"));
     }
@@ -451,4 +454,25 @@ pub fn parse(text: &str) -> Result<(RawScenario, Spans), Diag> {
         Ok(raw) => Ok((raw, spans)),
         Err(e) => Err(diag_from_toml(&e, &spans, text)),
     }
+}
+
+/// A `key = word` line whose value is an unquoted word (`period_us = fast`): the complaint for it.
+fn bare_word(text: &str, line: usize) -> Option<Diag> {
+    let l = text.lines().nth(line.checked_sub(1)?)?;
+    let (key, value) = l.split_once('=')?;
+    let (key, value) = (key.trim(), value.split('#').next().unwrap_or("").trim());
+    let word = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !word(key) || !word(value) || !value.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return None;
+    }
+    if matches!(value, "true" | "false" | "inf" | "nan") {
+        return None;
+    }
+    let shown: String = value.chars().take(40).collect();
+    Some(Diag::new(
+        Some(line),
+        key,
+        format!("{shown} is a bare word: expected a number (or true/false); strings need quotes"),
+        format!("write a number, e.g. {key} = 1000, or quote a string: {key} = \"{shown}\""),
+    ))
 }

@@ -13,8 +13,10 @@ use rtcell_tasks::{Inject, MissedPolicy, OnCorrupt, TaskSpec, TaskWork, Watchdog
 use crate::file::{Diag, RawScenario, RawService, RawWork, Spans, parse};
 
 mod com;
+mod limits;
 mod writable;
 pub use com::{PlanCom, PlanComSignal};
+pub use limits::{MAX_FILE_BYTES, MAX_SCENARIO_NAME};
 
 /// The name tasks use for the Linux side (the master CPU).
 pub const LINUX: &str = "linux";
@@ -221,10 +223,7 @@ pub fn load(path: &Path, host: &HostView) -> Result<Plan, Invalid> {
 /// Reads and validates `path`, with cells' kinds overridden: `(cell, kind)` pairs (`rtcell run --kind`).
 pub fn load_with(path: &Path, host: &HostView, kinds: &[(String, String)]) -> Result<Plan, Invalid> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| Invalid {
-        file: file.clone(),
-        diags: vec![Diag::new(None, "", format!("cannot read the scenario: {e}"), "check the path")],
-    })?;
+    let text = limits::read_capped(path).map_err(|d| Invalid { file: file.clone(), diags: vec![d] })?;
     validate_text_with(&text, path, host, kinds)
 }
 
@@ -241,6 +240,9 @@ pub fn validate_text_with(
     kinds: &[(String, String)],
 ) -> Result<Plan, Invalid> {
     let file = path.display().to_string();
+    if let Some(d) = limits::too_large(text.len()) {
+        return Err(Invalid { file, diags: vec![d] });
+    }
     let (mut raw, spans) = parse(text).map_err(|d| Invalid { file: file.clone(), diags: vec![d] })?;
     for (cell, kind) in kinds {
         let Some(c) = raw.cells.get_mut(cell) else {
@@ -312,12 +314,17 @@ impl Validator<'_> {
         let name = raw
             .name
             .clone()
-            .unwrap_or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+            .unwrap_or_else(|| limits::name_from_stem(&path.file_stem().unwrap_or_default().to_string_lossy()));
+        if let Some(why) = limits::scenario_name_problem(&name) {
+            self.err("name", why, "rename the scenario, e.g. name = \"line-3\"");
+        }
+        self.check_ranges(raw);
+        self.check_output_files(raw);
         if !(raw.duration_s.is_finite() && raw.duration_s > 0.0) {
             self.err("duration_s", "the duration must be above 0 seconds", "set it in seconds, e.g. duration_s = 10");
         }
         let duration = Duration::from_secs_f64(if raw.duration_s.is_finite() && raw.duration_s > 0.0 {
-            raw.duration_s.min(1e7)
+            raw.duration_s.min(limits::MAX_DURATION_S)
         } else {
             1.0
         });
@@ -742,13 +749,6 @@ impl Validator<'_> {
                             "cell = \"linux\"",
                         );
                     }
-                    if file.is_empty() || Path::new(file).is_absolute() || file.split('/').any(|c| c == "..") {
-                        self.err(
-                            &format!("{p}.workload.file"),
-                            format!("log file {file:?} must be a relative path inside the results directory"),
-                            "file = \"motion.log\"",
-                        );
-                    }
                     for s in sigs {
                         check_signal(self, "workload.signals", s, None);
                     }
@@ -851,9 +851,18 @@ impl Validator<'_> {
                                 "add step = \"ctrl_step\" (a `void f(void)` in the library)",
                             );
                         }
-                        file(self, "library", library, "build/libctrl.so")
-                            .map(|l| l.display().to_string())
-                            .unwrap_or_default()
+                        let lib = file(self, "library", library, "build/libctrl.so");
+                        if let Some(l) = &lib
+                            && l.is_file()
+                            && let Some(why) = limits::shared_object_problem(l)
+                        {
+                            self.err(
+                                &format!("{p}.workload.library"),
+                                format!("library {:?} {why}", library.as_deref().unwrap_or_default()),
+                                "name the shared object (.so) built for this machine, e.g. library = \"build/libctrl.so\"",
+                            );
+                        }
+                        lib.map(|l| l.display().to_string()).unwrap_or_default()
                     };
                     (TaskWork::C { library, init: init.clone(), step: step_name, com }, 1.0)
                 }

@@ -269,15 +269,22 @@ pub fn run_observed(
     let mut files = Vec::new();
 
     // Task specs as they will run: TSC rate known, log files inside the results directory.
+    // Each log file is made new inside the results directory, no symbolic link followed.
     let mut specs: Vec<(Option<String>, TaskSpec)> = Vec::new();
+    let mut run_dir: Option<rtcell_host::outdir::RunDir> = None;
     for t in &plan.tasks {
         let mut s = t.spec.clone();
         s.tsc_khz = tsc_khz;
         if let TaskWork::Log { file, .. } = &mut s.work {
-            let p = out_dir.join(&*file);
-            if let Some(dir) = p.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| StartError(format!("{}: {e}", dir.display())))?;
-            }
+            let dir = match run_dir.take() {
+                Some(d) => d,
+                None => rtcell_host::outdir::RunDir::create(out_dir)
+                    .map_err(|e| StartError(format!("{}: {e}", out_dir.display())))?,
+            };
+            let (p, _) = dir
+                .create_new(file)
+                .map_err(|e| StartError(format!("log file {}: {e}", out_dir.join(&*file).display())))?;
+            run_dir = Some(dir);
             files.push(p.clone());
             *file = p.display().to_string();
         }

@@ -104,3 +104,41 @@ fn durations_parse() {
     assert!(d("0s").is_err());
     assert!(d("abc").is_err());
 }
+
+/// Bad scenarios too large to keep as files: each refused at validation with its message.
+#[test]
+fn generated_bad_scenarios_are_refused_with_their_messages() {
+    let long_name = format!("name = \"{}\"\nduration_s = 1\n", "n".repeat(10_000));
+    let cases: [(&str, String, &str); 2] = [
+        ("10,000-character name", long_name, "must be 1 to 48 letters, digits, '_' or '-'"),
+        ("spaces in the name", "name = \"a b\"\nduration_s = 1\n".into(), "scenario name \"a b\""),
+    ];
+    for (what, text, want) in cases {
+        let inv = rtcell_scenario::validate_text(&text, Path::new("gen.toml"), &host()).expect_err(what);
+        let got = inv.to_string();
+        assert!(got.starts_with("gen.toml:1: name:") && got.contains(want), "{what}: {got}");
+        assert!(got.len() < 400, "{what}: the name is echoed whole: {} bytes", got.len());
+    }
+}
+
+#[test]
+fn a_file_over_one_mib_is_refused_without_reading_it_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("big.toml");
+    let mut text = String::from("duration_s = 1\n");
+    while text.len() <= rtcell_scenario::plan::MAX_FILE_BYTES {
+        text.push_str("# padding padding padding padding padding padding padding padding\n");
+    }
+    text.truncate(rtcell_scenario::plan::MAX_FILE_BYTES + 1);
+    std::fs::write(&p, &text).unwrap();
+    let got = load(&p, &host()).expect_err("a file of 1 MiB + 1 byte was accepted").to_string();
+    assert!(got.contains("larger than 1048576 bytes (1 MiB)"), "{got}");
+    // Exactly the cap is read and validated as usual.
+    text.truncate(rtcell_scenario::plan::MAX_FILE_BYTES);
+    let cut = text.rfind('\n').unwrap();
+    std::fs::write(&p, &text[..=cut]).unwrap();
+    assert!(load(&p, &host()).is_ok());
+    // An endless file (a device) is refused after the cap, not read into memory.
+    let got = load(Path::new("/dev/zero"), &host()).expect_err("/dev/zero").to_string();
+    assert!(got.contains("larger than 1048576 bytes"), "{got}");
+}

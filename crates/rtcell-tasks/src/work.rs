@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 
 use rtcell_control::offload::{Precision, Reply, Request};
 use rtcell_host::tsc::rdtsc_ordered;
@@ -287,7 +288,14 @@ impl<'a> Body<'a> {
                 iters: (calibrate_busy(ns_per_tick) * us).round() as u64,
             },
             TaskWork::Log { file, signals, tasks } => {
-                let f = File::create(file).map_err(|e| format!("log file {file}: {e}"))?;
+                // Never through a symbolic link (the run made the file new inside its results directory).
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(file)
+                    .map_err(|e| format!("log file {file}: {e}"))?;
                 let mut sigs = Vec::new();
                 for s in signals {
                     let v = signal(region, s)?;

@@ -941,7 +941,10 @@ fn install_ctrlc() {
             // Second Ctrl-C: the user wants out now.
             std::process::exit(EXIT_INTERRUPTED);
         }
-        eprintln!("\nstopping: finishing the current step and writing what was measured (Ctrl-C again to abort)");
+        eprintln!(
+            "\nstopping (Ctrl-C or SIGTERM): finishing the current step and writing what was measured \
+             (Ctrl-C again to abort)"
+        );
         rtcell_bench::request_stop();
     });
     if let Err(e) = r {

@@ -289,8 +289,63 @@ fn bad_scenarios_are_refused_before_anything_starts() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
+/// A scenario whose only task logs on the Linux side, to `file`, named `name`.
+fn log_scenario(name: &str, file: &str) -> String {
+    format!(
+        "name = \"{name}\"\nduration_s = 0.3\n[signals.s]\nvalues = 1\n\
+         [tasks.log]\ncell = \"linux\"\nperiod_us = 100000\npriority = 70\n\
+         workload = {{ kind = \"log\", file = \"{file}\", signals = [\"s\"] }}\n"
+    )
+}
+
 #[test]
-fn ctrl_c_writes_what_was_measured_marked_incomplete() {
+fn a_scenario_name_cannot_climb_out_of_the_results_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("a/b/c");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("s.toml"), log_scenario("../../../x", "motion.log")).unwrap();
+    let o = rtcell().current_dir(&work).args(["run", "s.toml"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("s.toml:1: name: scenario name \"../../../x\""),
+        "{}",
+        text(&o)
+    );
+    // Nothing was written anywhere under the temporary tree but the scenario itself.
+    let mut found = Vec::new();
+    let mut stack = vec![dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p)
+            } else if !p.ends_with("s.toml") {
+                found.push(p)
+            }
+        }
+    }
+    assert!(found.is_empty(), "written: {found:?}");
+}
+
+#[test]
+fn a_log_file_is_never_written_through_a_symlink_in_an_existing_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    std::fs::create_dir_all(&out).unwrap();
+    let victim = dir.path().join("victim");
+    std::os::unix::fs::symlink(&victim, out.join("motion.log")).unwrap();
+    std::os::unix::fs::symlink(dir.path(), out.join("sub")).unwrap();
+    for file in ["motion.log", "sub/victim2"] {
+        let s = dir.path().join("s.toml");
+        std::fs::write(&s, log_scenario("links", file)).unwrap();
+        let o = rtcell().args(["run", s.to_str().unwrap(), "--out", out.to_str().unwrap()]).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{file}: {}", text(&o));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("log file"), "{file}: {}", text(&o));
+        assert!(!victim.exists() && !dir.path().join("victim2").exists(), "{file}: written through a symlink");
+    }
+}
+
+fn interrupt_writes_what_was_measured_marked_incomplete(signal: i32) {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
@@ -303,7 +358,7 @@ fn ctrl_c_writes_what_was_measured_marked_incomplete() {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2500));
     // SAFETY: kill sends a signal to the child we spawned; it has no memory effects here.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    unsafe { libc::kill(child.id() as i32, signal) };
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     let doc = valid_results(&out);
@@ -311,4 +366,14 @@ fn ctrl_c_writes_what_was_measured_marked_incomplete() {
     let c = outcome_task(&doc, "ethercat")["cycles"].as_u64().unwrap();
     assert!(c > 0 && c < 30_000, "{c}");
     assert_eq!(outcome_task(&doc, "ethercat")["state"], "stopped");
+}
+
+#[test]
+fn ctrl_c_writes_what_was_measured_marked_incomplete() {
+    interrupt_writes_what_was_measured_marked_incomplete(libc::SIGINT);
+}
+
+#[test]
+fn sigterm_writes_what_was_measured_marked_incomplete() {
+    interrupt_writes_what_was_measured_marked_incomplete(libc::SIGTERM);
 }

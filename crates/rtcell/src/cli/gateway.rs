@@ -259,8 +259,8 @@ pub fn serve_main(a: ServeCmd) -> i32 {
             return 1;
         }
     };
+    // Ctrl-C and SIGTERM (service managers send it) stop the daemon alike.
     install_ctrlc();
-    install_sigterm();
     let running = match rtcell_gateway::server::start(Arc::clone(&g), &opts) {
         Ok(r) => r,
         Err(e) => {
@@ -282,15 +282,4 @@ pub fn serve_main(a: ServeCmd) -> i32 {
     }
     running.stop();
     0
-}
-
-/// SIGTERM stops the daemon as Ctrl-C does (service managers send it).
-pub fn install_sigterm() {
-    extern "C" fn on_term(_: libc::c_int) {
-        rtcell_bench::request_stop();
-    }
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
-    }
 }

@@ -4,7 +4,7 @@
 //!
 //! Exit status: 0 when every task ran to the end with no error; 1 when a watchdog tripped, a task or a
 //! cell failed, or a check failed (the results are written all the same); 2 when the scenario is invalid
-//! (nothing started); 130 after Ctrl-C (what was measured is written, marked incomplete).
+//! (nothing started); 130 after Ctrl-C or SIGTERM (what was measured is written, marked incomplete).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -197,10 +197,8 @@ pub fn main(
             return 1;
         }
     };
+    // Ctrl-C and SIGTERM (and SIGHUP) alike: the run stops, what was measured is written, marked incomplete.
     install_ctrlc();
-    if serve.is_some() {
-        super::gateway::install_sigterm();
-    }
     let served = match serve.map(|s| super::gateway::serve_run(s, &plan, &out)).transpose() {
         Ok(s) => s,
         Err((msg, code)) => {

@@ -1,0 +1,158 @@
+//! Where a run writes: the one place that decides every output path inside a run directory.
+//!
+//! A run directory holds rtcell's own outputs (results.json, report.html, ...) and files a scenario
+//! names (a log task's file). [`check_relative`] says whether a name a file gives may be used (checked
+//! at validation, so a bad one is refused before anything starts); [`RunDir`] creates the files,
+//! relative to the directory's descriptor, never following a symbolic link and never reusing a file
+//! that is already there.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Names rtcell writes into a run directory itself (first path component): a scenario's file may not
+/// take one of them.
+pub const RESERVED: &[&str] = &[
+    "results.json",
+    "report.html",
+    "csv",
+    "plot.gp",
+    "latency.hist",
+    "latency.json",
+    "history.sqlite",
+    "tune-state.json",
+];
+
+/// Longest relative path a scenario may name inside a run directory.
+pub const MAX_RELATIVE: usize = 200;
+
+/// Why `rel` may not name a file inside a run directory (`None`: it may). Relative, at most
+/// [`MAX_RELATIVE`] bytes, components of letters, digits, '_', '-' and '.' (not `.` or `..`, not
+/// starting with '.'), and not one of rtcell's own outputs ([`RESERVED`]).
+pub fn check_relative(rel: &str) -> Option<String> {
+    if rel.is_empty() || rel.len() > MAX_RELATIVE {
+        return Some(format!("must be a relative path of 1 to {MAX_RELATIVE} characters"));
+    }
+    if rel.starts_with('/') {
+        return Some("must be a relative path inside the results directory, not an absolute one".into());
+    }
+    let parts: Vec<&str> = rel.split('/').collect();
+    for p in &parts {
+        if p.is_empty() || p.starts_with('.') {
+            return Some(format!(
+                "path component {p:?} is empty or starts with '.' (no '.', '..', hidden files or trailing '/')"
+            ));
+        }
+        if !p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+            return Some(format!("path component {p:?} may hold only letters, digits, '_', '-' and '.'"));
+        }
+    }
+    if let Some(r) = RESERVED.iter().find(|r| r.eq_ignore_ascii_case(parts[0])) {
+        return Some(format!("{r:?} is one of rtcell's own outputs in the results directory"));
+    }
+    None
+}
+
+/// An open run directory: every file is created relative to its descriptor.
+#[derive(Debug)]
+pub struct RunDir {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+fn cstr(s: &std::ffi::OsStr) -> io::Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path holds a NUL byte"))
+}
+
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
+}
+
+/// `openat(dir, name, flags)` as an owned descriptor.
+fn openat(dir: &OwnedFd, name: &CString, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    // SAFETY: `dir` is an open descriptor and `name` a NUL-terminated string, both live for the call.
+    let fd = check(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC, mode) })?;
+    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl RunDir {
+    /// Creates `path` (and its parents) if need be and opens it. The directory is the caller's (a
+    /// command-line `--out` or a default under rtcell-results/): it is taken as given.
+    pub fn create(path: &Path) -> io::Result<RunDir> {
+        std::fs::create_dir_all(path)?;
+        let c = cstr(path.as_os_str())?;
+        // SAFETY: `c` is a NUL-terminated path living for the call.
+        let fd = check(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
+        // SAFETY: `fd` was just returned by open and is owned by nobody else.
+        Ok(RunDir { path: path.to_owned(), fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates the new file `rel` (checked with [`check_relative`]) inside the directory, making its
+    /// parent directories; no component may be a symbolic link, and the file must not exist yet.
+    /// Returns the file's full path and the file open for writing.
+    pub fn create_new(&self, rel: &str) -> io::Result<(PathBuf, File)> {
+        if let Some(why) = check_relative(rel) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: {why}")));
+        }
+        let mut dir = self.fd.try_clone()?;
+        let comps: Vec<Component> = Path::new(rel).components().collect();
+        let Some((last, parents)) = comps.split_last() else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty path"));
+        };
+        for c in parents {
+            let name = cstr(c.as_os_str())?;
+            // SAFETY: `dir` is open and `name` NUL-terminated; EEXIST is expected and handled below.
+            let made = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o777) };
+            if made < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::AlreadyExists {
+                    return Err(e);
+                }
+            }
+            dir = openat(&dir, &name, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)?;
+        }
+        let name = cstr(last.as_os_str())?;
+        let fd = openat(&dir, &name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o666)?;
+        Ok((self.path.join(rel), File::from(fd)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_names() {
+        for ok in ["motion.log", "logs/a.csv", "a-b_c.1"] {
+            assert_eq!(check_relative(ok), None, "{ok}");
+        }
+        for bad in ["", ".", "..", "../x", "a/../b", "/etc/x", "a//b", "a/", "results.json", "CSV/x", ".hidden", "a b"]
+        {
+            assert!(check_relative(bad).is_some(), "{bad:?}");
+        }
+        assert!(check_relative(&"a".repeat(MAX_RELATIVE + 1)).is_some());
+    }
+
+    #[test]
+    fn creates_new_files_without_following_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = RunDir::create(&tmp.path().join("run")).unwrap();
+        let (p, _) = d.create_new("logs/a.log").unwrap();
+        assert!(p.ends_with("run/logs/a.log") && p.is_file());
+        assert!(d.create_new("logs/a.log").is_err(), "an existing file is reused");
+        std::os::unix::fs::symlink(tmp.path().join("victim"), tmp.path().join("run/b.log")).unwrap();
+        assert!(d.create_new("b.log").is_err(), "a symlink was followed");
+        assert!(!tmp.path().join("victim").exists());
+        std::os::unix::fs::symlink(tmp.path(), tmp.path().join("run/sub")).unwrap();
+        assert!(d.create_new("sub/c.log").is_err(), "a symlinked directory was followed");
+        assert!(!tmp.path().join("c.log").exists());
+    }
+}
