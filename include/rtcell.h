@@ -318,7 +318,8 @@ Std_ReturnType Com_SendSignal(Com_SignalIdType id, const void *data);
  AUTOSAR: receives signal `id` into `data` (exactly the signal's length, as fixed at
  `rtcell_com_open`, is written). A signal never written gives zeros and E_OK (its initial value).
  COM_SERVICE_NOT_AVAILABLE (nothing written) while the channel's table differs from the one read at
- open.
+ open; COM_SERVICE_NOT_AVAILABLE too for a value shorter than the signal's length (the peer wrote it
+ so; `data` then holds no valid value).
 
  # Safety
  `data` writable for the signal's length.

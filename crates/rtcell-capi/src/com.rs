@@ -873,7 +873,8 @@ pub unsafe extern "C" fn Com_SendSignal(id: Com_SignalIdType, data: *const c_voi
 /// AUTOSAR: receives signal `id` into `data` (exactly the signal's length, as fixed at
 /// `rtcell_com_open`, is written). A signal never written gives zeros and E_OK (its initial value).
 /// COM_SERVICE_NOT_AVAILABLE (nothing written) while the channel's table differs from the one read at
-/// open.
+/// open; COM_SERVICE_NOT_AVAILABLE too for a value shorter than the signal's length (the peer wrote it
+/// so; `data` then holds no valid value).
 ///
 /// # Safety
 /// `data` writable for the signal's length.

@@ -301,3 +301,55 @@ fn a_value_sent_after_the_peer_left_the_sequence_word_at_its_largest_value_is_re
         rtcell_region_detach(r);
     }
 }
+
+#[test]
+fn a_fixed_length_signal_the_peer_published_shorter_is_not_returned_as_valid() {
+    let mut l = RegionLayout::new();
+    l.com(
+        "c",
+        ComConfig { signals: vec![SignalDef { id: 1, max_len: 8, dynamic: false, group: None }], groups: vec![] },
+    )
+    .unwrap();
+    let shm = region(&l);
+    let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
+    let w = |k: usize| -> &AtomicU64 { &shm.words()[base + k] };
+    let slot = (w(TABLE + 1).load(Ordering::Relaxed) & 0xffff_ffff) as usize;
+    let r = attach(&shm);
+    let c = open_com(r);
+    // The peer publishes a 3-byte value in the 8-byte fixed-length signal (the table is unchanged).
+    w(slot + 1).store(3, Ordering::Relaxed);
+    w(slot + 2).store(u64::from_le_bytes([0xaa; 8]), Ordering::Relaxed);
+    w(slot).store(2, Ordering::Release);
+
+    // Both paths: the first call looks the signal up, the second uses the remembered reference.
+    for call in 0..2 {
+        let mut got = Guarded::new(8, 0x77);
+        // SAFETY: 8 bytes, the signal's length.
+        let code = unsafe { Com_ReceiveSignal(1, got.ptr()) };
+        assert!(got.canaries_intact());
+        assert_ne!(
+            code,
+            E_OK,
+            "call {call}: E_OK for a fixed 8-byte signal holding a 3-byte value; the caller got {:x?}",
+            got.bytes()
+        );
+    }
+    let mut got = Guarded::new(8, 0x77);
+    let mut len = 99usize;
+    // SAFETY: 8 writable bytes; len writable.
+    let code = unsafe { rtcell_com_receive_signal(c, 1, got.ptr(), 8, &mut len, null_mut()) };
+    assert_ne!(code, E_OK, "E_OK with length {len} for a fixed 8-byte signal");
+
+    // A whole value again: read back exactly.
+    w(slot + 1).store(8, Ordering::Relaxed);
+    w(slot).store(4, Ordering::Release);
+    let mut got = Guarded::new(8, 0x77);
+    // SAFETY: 8 bytes, the signal's length.
+    assert_eq!(unsafe { Com_ReceiveSignal(1, got.ptr()) }, E_OK, "{}", why());
+    assert_eq!(got.bytes(), [0xaa; 8]);
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_com_close(c);
+        rtcell_region_detach(r);
+    }
+}
