@@ -271,6 +271,25 @@ fn anonymous_mapping() {
     assert_eq!(SharedMemory::create_anonymous("tiny", 0).unwrap().len(), 4096);
 }
 
+/// A peer holding the region's memfd (a process cell) cannot shrink it under our mapping: a shrunk file
+/// makes every later access of ours to the cut-off pages a SIGBUS, killing the Linux side.
+#[test]
+fn a_peer_holding_the_memfd_cannot_resize_the_region() {
+    let layout = full_layout();
+    let m = SharedMemory::create_anonymous("rtcell-test", layout.size_bytes()).unwrap();
+    layout.init(m.words(), std::process::id()).unwrap();
+    // The peer's own open file description of the region, read-write (as a child inherits it).
+    let peer = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{}", m.fd())).unwrap();
+    let shrunk = peer.set_len(0);
+    if shrunk.is_ok() {
+        // Put the size back before anything touches the mapping (else this test dies of SIGBUS).
+        peer.set_len(m.len() as u64).unwrap();
+    }
+    assert!(shrunk.is_err(), "the peer shrank the region to 0 bytes under the creator's mapping");
+    assert!(peer.set_len(2 * m.len() as u64).is_err(), "the peer grew the region");
+    assert!(RegionView::attach(m.words()).is_ok());
+}
+
 #[test]
 fn from_fd_refuses_unusable_sizes() {
     let dir = std::env::temp_dir();
