@@ -643,7 +643,8 @@ pub unsafe extern "C" fn rtcell_com_send_signal(
 /// Receives signal `id` into `buf` (`buf_len` bytes, at least the value's length). `*len_out` gets the
 /// value's length, `*fresh_out` RTCELL_FRESH_NEVER / _OLD / _NEW (both may be NULL). A signal never
 /// written gives E_OK, length 0, RTCELL_FRESH_NEVER and `buf_len` zero bytes. A group member is
-/// read from the copy the last `rtcell_com_receive_signal_group` of its group made.
+/// read from the copy the last `rtcell_com_receive_signal_group` of its group made; after one that
+/// failed, E_NOT_OK until one succeeds (the copy may hold part of the refused value).
 ///
 /// # Safety
 /// `c` a live handle or NULL; `buf` writable for `buf_len` bytes; `len_out`, `fresh_out` NULL or writable.

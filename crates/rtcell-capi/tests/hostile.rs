@@ -353,3 +353,62 @@ fn a_fixed_length_signal_the_peer_published_shorter_is_not_returned_as_valid() {
         rtcell_region_detach(r);
     }
 }
+
+#[test]
+fn a_failed_group_receive_does_not_leave_a_half_copied_value_for_its_members() {
+    let sig = |id| SignalDef { id, max_len: 8, dynamic: false, group: Some(10) };
+    let mut l = RegionLayout::new();
+    l.com("c", ComConfig { signals: vec![sig(1), sig(2)], groups: vec![GroupDef { id: 10 }] }).unwrap();
+    let shm = region(&l);
+    let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
+    let w = |k: usize| -> &AtomicU64 { &shm.words()[base + k] };
+    // The group's entry follows the two signals' entries.
+    let slot = (w(TABLE + 2 * 2 + 1).load(Ordering::Relaxed) & 0xffff_ffff) as usize;
+    let r = attach(&shm);
+    let c = open_com(r);
+    let publish = |seq: u64, len: u64, a: u8, b: u8| {
+        w(slot + 1).store(len, Ordering::Relaxed);
+        w(slot + 2).store(u64::from_le_bytes([a; 8]), Ordering::Relaxed);
+        w(slot + 3).store(u64::from_le_bytes([b; 8]), Ordering::Relaxed);
+        w(slot).store(seq, Ordering::Release);
+    };
+    publish(2, 16, 0x11, 0x22);
+    let mut buf = Guarded::new(8, 0);
+    // SAFETY: 8 bytes, the member's length.
+    unsafe {
+        assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+        assert_eq!(Com_ReceiveSignal(1, buf.ptr()), E_OK, "{}", why());
+    }
+    assert_eq!(buf.bytes(), [0x11; 8]);
+
+    // The peer publishes a 3-byte value in the 16-byte group: the group receive is refused...
+    publish(4, 3, 0xee, 0xee);
+    // SAFETY: as above.
+    assert_eq!(unsafe { Com_ReceiveSignalGroup(10) }, COM_SERVICE_NOT_AVAILABLE, "{}", why());
+    // ...and a member read afterwards is either refused or the last whole value, never a mix of both.
+    let mut buf = Guarded::new(8, 0);
+    let mut fresh = 0u8;
+    // SAFETY: 8 writable bytes; fresh writable.
+    let code = unsafe { rtcell_com_receive_signal(c, 1, buf.ptr(), 8, null_mut(), &mut fresh) };
+    assert!(
+        code != E_OK || buf.bytes() == [0x11; 8],
+        "E_OK (freshness {fresh}) with {:x?}: part of a refused value",
+        buf.bytes()
+    );
+
+    // A whole value again: both members read it.
+    publish(6, 16, 0x33, 0x44);
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+        assert_eq!(Com_ReceiveSignal(1, buf.ptr()), E_OK, "{}", why());
+        assert_eq!(buf.bytes(), [0x33; 8]);
+        assert_eq!(Com_ReceiveSignal(2, buf.ptr()), E_OK, "{}", why());
+        assert_eq!(buf.bytes(), [0x44; 8]);
+    }
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_com_close(c);
+        rtcell_region_detach(r);
+    }
+}

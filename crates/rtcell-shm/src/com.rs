@@ -630,8 +630,11 @@ impl<'a, 'b> ComReceiver<'a, 'b> {
     }
 
     /// Copies a group's current value into the shadow.
+    /// On failure the shadow may hold part of a refused value: no member reads it until a group receive
+    /// succeeds again.
     pub fn receive_signal_group(&mut self, id: u16) -> Result<Freshness, ComError> {
         let gp = self.view.group(id)?;
+        self.shadow_group = None;
         let fresh = self.view.receive_signal_group(id, self.shadow, &mut self.seen[self.view.nsig + gp.index])?;
         self.shadow_group = Some(id);
         Ok(fresh)
