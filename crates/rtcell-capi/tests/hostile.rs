@@ -383,8 +383,7 @@ fn a_failed_group_receive_does_not_leave_a_half_copied_value_for_its_members() {
 
     // The peer publishes a 3-byte value in the 16-byte group: the group receive is refused...
     publish(4, 3, 0xee, 0xee);
-    // SAFETY: as above.
-    assert_eq!(unsafe { Com_ReceiveSignalGroup(10) }, COM_SERVICE_NOT_AVAILABLE, "{}", why());
+    assert_eq!(Com_ReceiveSignalGroup(10), COM_SERVICE_NOT_AVAILABLE, "{}", why());
     // ...and a member read afterwards is either refused or the last whole value, never a mix of both.
     let mut buf = Guarded::new(8, 0);
     let mut fresh = 0u8;
