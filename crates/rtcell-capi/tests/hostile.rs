@@ -411,3 +411,53 @@ fn a_failed_group_receive_does_not_leave_a_half_copied_value_for_its_members() {
         rtcell_region_detach(r);
     }
 }
+
+/// An overwriting queue with a receiver racing the sender: `lost` is the messages that never arrived, so
+/// `received + lost == sent` once both sides stop (a message the receiver took while the sender was
+/// overwriting it must not be counted as lost as well).
+#[test]
+fn an_overwriting_queue_never_counts_a_received_message_as_lost() {
+    const N: u64 = 300_000;
+    let mut l = RegionLayout::new();
+    let mut over = RingConfig::for_frames(8, 4);
+    over.overflow = Overflow::OverwriteOldest;
+    l.ring("o", over).unwrap();
+    let shm = region(&l);
+    let r = attach(&shm);
+    let (tx, rx) = (queue(r, c"o") as usize, queue(r, c"o"));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (received, gaps) = std::thread::scope(|s| {
+        s.spawn(|| {
+            for v in 1..=N {
+                assert_eq!(send(tx as *mut rtcell_queue, v), RTE_E_OK, "{}", why());
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let (mut last, mut received, mut gaps) = (0u64, 0u64, 0u64);
+        loop {
+            let finished = done.load(std::sync::atomic::Ordering::Acquire);
+            match recv(rx) {
+                (code, v) if code & !RTE_E_LOST_DATA == RTE_E_OK => {
+                    assert!(v > last, "message {v} after {last}");
+                    gaps += v - last - 1;
+                    last = v;
+                    received += 1;
+                }
+                (RTE_E_NO_DATA, _) if finished => break,
+                (RTE_E_NO_DATA, _) => std::thread::yield_now(),
+                other => panic!("receive: {other:x?} {}", why()),
+            }
+        }
+        assert_eq!(last, N, "the newest message arrives");
+        (received, gaps)
+    });
+    let k = counters(rx);
+    assert_eq!((k.sent, k.received), (N, received));
+    assert_eq!(k.lost, gaps, "lost counts the messages that never arrived ({k:?})");
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_queue_close(tx as *mut rtcell_queue);
+        rtcell_queue_close(rx);
+        rtcell_region_detach(r);
+    }
+}
