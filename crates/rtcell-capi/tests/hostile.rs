@@ -461,3 +461,37 @@ fn an_overwriting_queue_never_counts_a_received_message_as_lost() {
         rtcell_region_detach(r);
     }
 }
+
+/// The header's promise: every call checks that the table entries it uses still read as at open; a
+/// group's entry is its id word as well as its place.
+#[test]
+fn a_group_whose_id_the_peer_changed_is_not_available_until_restored() {
+    let mut l = RegionLayout::new();
+    l.com(
+        "c",
+        ComConfig {
+            signals: vec![SignalDef { id: 1, max_len: 8, dynamic: false, group: Some(10) }],
+            groups: vec![GroupDef { id: 10 }],
+        },
+    )
+    .unwrap();
+    let shm = region(&l);
+    let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
+    let id_word = &shm.words()[base + TABLE + 2];
+    let r = attach(&shm);
+    let c = open_com(r);
+    let v = 7u64;
+    // SAFETY: 8 readable bytes, the member's length.
+    assert_eq!(unsafe { Com_SendSignal(1, &v as *const u64 as *const c_void) }, E_OK, "{}", why());
+    id_word.store(12, Ordering::Relaxed);
+    assert_eq!(Com_ReceiveSignalGroup(10), COM_SERVICE_NOT_AVAILABLE, "group 10 is now 12 in the table");
+    assert_eq!(rtcell_capi::com::Com_SendSignalGroup(10), COM_SERVICE_NOT_AVAILABLE);
+    id_word.store(10, Ordering::Relaxed);
+    assert_eq!(rtcell_capi::com::Com_SendSignalGroup(10), E_OK, "{}", why());
+    assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_com_close(c);
+        rtcell_region_detach(r);
+    }
+}

@@ -309,6 +309,8 @@ impl<'a> ComView<'a> {
         for g in 0..self.ngroups {
             if self.known_word(TABLE + 2 * self.nsig + 2 * g) & 0xffff == id as u64 {
                 self.counts_unchanged()?;
+                // The id word is part of the entry: a pinned view checks it too.
+                self.table_word(TABLE + 2 * self.nsig + 2 * g)?;
                 return self.group_at(g);
             }
         }
