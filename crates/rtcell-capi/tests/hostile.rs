@@ -495,3 +495,45 @@ fn a_group_whose_id_the_peer_changed_is_not_available_until_restored() {
         rtcell_region_detach(r);
     }
 }
+
+/// A group value refused as short does not count as read: once the peer completes it (same sequence
+/// number), it is new to this handle.
+#[test]
+fn a_refused_group_value_is_not_remembered_as_read() {
+    let mut l = RegionLayout::new();
+    l.com(
+        "c",
+        ComConfig {
+            signals: vec![SignalDef { id: 1, max_len: 8, dynamic: false, group: Some(10) }],
+            groups: vec![GroupDef { id: 10 }],
+        },
+    )
+    .unwrap();
+    let shm = region(&l);
+    let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
+    let w = |k: usize| -> &AtomicU64 { &shm.words()[base + k] };
+    let slot = (w(TABLE + 2 + 1).load(Ordering::Relaxed) & 0xffff_ffff) as usize;
+    let r = attach(&shm);
+    let c = open_com(r);
+    let new_reads = || {
+        let mut k = rtcell_capi::com::rtcell_com_counters::default();
+        // SAFETY: c is live, k writable.
+        assert_eq!(unsafe { rtcell_capi::com::rtcell_com_get_counters(c, &mut k) }, E_OK);
+        k.received_new
+    };
+    w(slot + 1).store(8, Ordering::Relaxed);
+    w(slot).store(2, Ordering::Release);
+    assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+    assert_eq!(new_reads(), 1);
+    w(slot + 1).store(3, Ordering::Relaxed);
+    w(slot).store(4, Ordering::Release);
+    assert_eq!(Com_ReceiveSignalGroup(10), COM_SERVICE_NOT_AVAILABLE);
+    w(slot + 1).store(8, Ordering::Relaxed);
+    assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+    assert_eq!(new_reads(), 2, "value 4 was never read whole before: it is new");
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_com_close(c);
+        rtcell_region_detach(r);
+    }
+}

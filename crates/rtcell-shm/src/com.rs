@@ -434,7 +434,7 @@ impl<'a> ComView<'a> {
         if out.len() < gp.capacity {
             return Err(ComError::NotOk("buffer shorter than the signal group"));
         }
-        let (len, fresh) = read_slot(self.slot(gp.slot, gp.capacity)?, &mut out[..gp.capacity], seen, false)?;
+        let (len, fresh) = read_slot(self.slot(gp.slot, gp.capacity)?, &mut out[..gp.capacity], seen, true)?;
         if len != gp.capacity && fresh != Freshness::NeverWritten {
             return Err(ComError::ServiceNotAvailable);
         }
