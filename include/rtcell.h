@@ -242,7 +242,8 @@ Std_ReturnType rtcell_com_send_signal(struct rtcell_com *c,
  Receives signal `id` into `buf` (`buf_len` bytes, at least the value's length). `*len_out` gets the
  value's length, `*fresh_out` RTCELL_FRESH_NEVER / _OLD / _NEW (both may be NULL). A signal never
  written gives E_OK, length 0, RTCELL_FRESH_NEVER and `buf_len` zero bytes. A group member is
- read from the copy the last `rtcell_com_receive_signal_group` of its group made.
+ read from the copy the last `rtcell_com_receive_signal_group` of its group made; after one that
+ failed, E_NOT_OK until one succeeds (the copy may hold part of the refused value).
 
  # Safety
  `c` a live handle or NULL; `buf` writable for `buf_len` bytes; `len_out`, `fresh_out` NULL or writable.
@@ -318,7 +319,8 @@ Std_ReturnType Com_SendSignal(Com_SignalIdType id, const void *data);
  AUTOSAR: receives signal `id` into `data` (exactly the signal's length, as fixed at
  `rtcell_com_open`, is written). A signal never written gives zeros and E_OK (its initial value).
  COM_SERVICE_NOT_AVAILABLE (nothing written) while the channel's table differs from the one read at
- open.
+ open; COM_SERVICE_NOT_AVAILABLE too for a value shorter than the signal's length (the peer wrote it
+ so; `data` then holds no valid value).
 
  # Safety
  `data` writable for the signal's length.

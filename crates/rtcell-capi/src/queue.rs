@@ -42,12 +42,6 @@ pub struct rtcell_queue {
 #[cfg(not(feature = "std"))]
 crate::slots::pooled!(rtcell_queue);
 
-/// Messages queued and then lost: the sender counts them as it overwrites them, the receiver when it
-/// notices; both count the same messages, so the larger is the figure.
-fn losses(c: &rtcell_shm::RingCounters) -> u64 {
-    c.overwritten.max(c.lost)
-}
-
 /// Opens ring channel `ring` of region `r` as a queue. `*out` gets the handle.
 ///
 /// # Safety
@@ -262,7 +256,9 @@ pub unsafe extern "C" fn rtcell_queue_get_counters(
             *out = rtcell_queue_counters {
                 sent: c.sent,
                 received: c.received,
-                lost: losses(&c),
+                // Not the sender's `overwritten`: it also counts frames the receiver took while they were
+                // being dropped, so `received + lost` exceeded `sent`.
+                lost: q.view.lost_total(),
                 queued: q.view.queued(),
                 refused: c.rejected,
             }

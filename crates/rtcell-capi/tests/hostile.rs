@@ -301,3 +301,239 @@ fn a_value_sent_after_the_peer_left_the_sequence_word_at_its_largest_value_is_re
         rtcell_region_detach(r);
     }
 }
+
+#[test]
+fn a_fixed_length_signal_the_peer_published_shorter_is_not_returned_as_valid() {
+    let mut l = RegionLayout::new();
+    l.com(
+        "c",
+        ComConfig { signals: vec![SignalDef { id: 1, max_len: 8, dynamic: false, group: None }], groups: vec![] },
+    )
+    .unwrap();
+    let shm = region(&l);
+    let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
+    let w = |k: usize| -> &AtomicU64 { &shm.words()[base + k] };
+    let slot = (w(TABLE + 1).load(Ordering::Relaxed) & 0xffff_ffff) as usize;
+    let r = attach(&shm);
+    let c = open_com(r);
+    // The peer publishes a 3-byte value in the 8-byte fixed-length signal (the table is unchanged).
+    w(slot + 1).store(3, Ordering::Relaxed);
+    w(slot + 2).store(u64::from_le_bytes([0xaa; 8]), Ordering::Relaxed);
+    w(slot).store(2, Ordering::Release);
+
+    // Both paths: the first call looks the signal up, the second uses the remembered reference.
+    for call in 0..2 {
+        let mut got = Guarded::new(8, 0x77);
+        // SAFETY: 8 bytes, the signal's length.
+        let code = unsafe { Com_ReceiveSignal(1, got.ptr()) };
+        assert!(got.canaries_intact());
+        assert_ne!(
+            code,
+            E_OK,
+            "call {call}: E_OK for a fixed 8-byte signal holding a 3-byte value; the caller got {:x?}",
+            got.bytes()
+        );
+    }
+    let mut got = Guarded::new(8, 0x77);
+    let mut len = 99usize;
+    // SAFETY: 8 writable bytes; len writable.
+    let code = unsafe { rtcell_com_receive_signal(c, 1, got.ptr(), 8, &mut len, null_mut()) };
+    assert_ne!(code, E_OK, "E_OK with length {len} for a fixed 8-byte signal");
+
+    // A whole value again: read back exactly.
+    w(slot + 1).store(8, Ordering::Relaxed);
+    w(slot).store(4, Ordering::Release);
+    let mut got = Guarded::new(8, 0x77);
+    // SAFETY: 8 bytes, the signal's length.
+    assert_eq!(unsafe { Com_ReceiveSignal(1, got.ptr()) }, E_OK, "{}", why());
+    assert_eq!(got.bytes(), [0xaa; 8]);
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_com_close(c);
+        rtcell_region_detach(r);
+    }
+}
+
+#[test]
+fn a_failed_group_receive_does_not_leave_a_half_copied_value_for_its_members() {
+    let sig = |id| SignalDef { id, max_len: 8, dynamic: false, group: Some(10) };
+    let mut l = RegionLayout::new();
+    l.com("c", ComConfig { signals: vec![sig(1), sig(2)], groups: vec![GroupDef { id: 10 }] }).unwrap();
+    let shm = region(&l);
+    let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
+    let w = |k: usize| -> &AtomicU64 { &shm.words()[base + k] };
+    // The group's entry follows the two signals' entries.
+    let slot = (w(TABLE + 2 * 2 + 1).load(Ordering::Relaxed) & 0xffff_ffff) as usize;
+    let r = attach(&shm);
+    let c = open_com(r);
+    let publish = |seq: u64, len: u64, a: u8, b: u8| {
+        w(slot + 1).store(len, Ordering::Relaxed);
+        w(slot + 2).store(u64::from_le_bytes([a; 8]), Ordering::Relaxed);
+        w(slot + 3).store(u64::from_le_bytes([b; 8]), Ordering::Relaxed);
+        w(slot).store(seq, Ordering::Release);
+    };
+    publish(2, 16, 0x11, 0x22);
+    let mut buf = Guarded::new(8, 0);
+    // SAFETY: 8 bytes, the member's length.
+    unsafe {
+        assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+        assert_eq!(Com_ReceiveSignal(1, buf.ptr()), E_OK, "{}", why());
+    }
+    assert_eq!(buf.bytes(), [0x11; 8]);
+
+    // The peer publishes a 3-byte value in the 16-byte group: the group receive is refused...
+    publish(4, 3, 0xee, 0xee);
+    assert_eq!(Com_ReceiveSignalGroup(10), COM_SERVICE_NOT_AVAILABLE, "{}", why());
+    // ...and a member read afterwards is either refused or the last whole value, never a mix of both.
+    let mut buf = Guarded::new(8, 0);
+    let mut fresh = 0u8;
+    // SAFETY: 8 writable bytes; fresh writable.
+    let code = unsafe { rtcell_com_receive_signal(c, 1, buf.ptr(), 8, null_mut(), &mut fresh) };
+    assert!(
+        code != E_OK || buf.bytes() == [0x11; 8],
+        "E_OK (freshness {fresh}) with {:x?}: part of a refused value",
+        buf.bytes()
+    );
+
+    // A whole value again: both members read it.
+    publish(6, 16, 0x33, 0x44);
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+        assert_eq!(Com_ReceiveSignal(1, buf.ptr()), E_OK, "{}", why());
+        assert_eq!(buf.bytes(), [0x33; 8]);
+        assert_eq!(Com_ReceiveSignal(2, buf.ptr()), E_OK, "{}", why());
+        assert_eq!(buf.bytes(), [0x44; 8]);
+    }
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_com_close(c);
+        rtcell_region_detach(r);
+    }
+}
+
+/// An overwriting queue with a receiver racing the sender: `lost` is the messages that never arrived, so
+/// `received + lost == sent` once both sides stop (a message the receiver took while the sender was
+/// overwriting it must not be counted as lost as well).
+#[test]
+fn an_overwriting_queue_never_counts_a_received_message_as_lost() {
+    const N: u64 = 300_000;
+    let mut l = RegionLayout::new();
+    let mut over = RingConfig::for_frames(8, 4);
+    over.overflow = Overflow::OverwriteOldest;
+    l.ring("o", over).unwrap();
+    let shm = region(&l);
+    let r = attach(&shm);
+    let (tx, rx) = (queue(r, c"o") as usize, queue(r, c"o"));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (received, gaps) = std::thread::scope(|s| {
+        s.spawn(|| {
+            for v in 1..=N {
+                assert_eq!(send(tx as *mut rtcell_queue, v), RTE_E_OK, "{}", why());
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let (mut last, mut received, mut gaps) = (0u64, 0u64, 0u64);
+        loop {
+            let finished = done.load(std::sync::atomic::Ordering::Acquire);
+            match recv(rx) {
+                (code, v) if code & !RTE_E_LOST_DATA == RTE_E_OK => {
+                    assert!(v > last, "message {v} after {last}");
+                    gaps += v - last - 1;
+                    last = v;
+                    received += 1;
+                }
+                (RTE_E_NO_DATA, _) if finished => break,
+                (RTE_E_NO_DATA, _) => std::thread::yield_now(),
+                other => panic!("receive: {other:x?} {}", why()),
+            }
+        }
+        assert_eq!(last, N, "the newest message arrives");
+        (received, gaps)
+    });
+    let k = counters(rx);
+    assert_eq!((k.sent, k.received), (N, received));
+    assert_eq!(k.lost, gaps, "lost counts the messages that never arrived ({k:?})");
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_queue_close(tx as *mut rtcell_queue);
+        rtcell_queue_close(rx);
+        rtcell_region_detach(r);
+    }
+}
+
+/// The header's promise: every call checks that the table entries it uses still read as at open; a
+/// group's entry is its id word as well as its place.
+#[test]
+fn a_group_whose_id_the_peer_changed_is_not_available_until_restored() {
+    let mut l = RegionLayout::new();
+    l.com(
+        "c",
+        ComConfig {
+            signals: vec![SignalDef { id: 1, max_len: 8, dynamic: false, group: Some(10) }],
+            groups: vec![GroupDef { id: 10 }],
+        },
+    )
+    .unwrap();
+    let shm = region(&l);
+    let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
+    let id_word = &shm.words()[base + TABLE + 2];
+    let r = attach(&shm);
+    let c = open_com(r);
+    let v = 7u64;
+    // SAFETY: 8 readable bytes, the member's length.
+    assert_eq!(unsafe { Com_SendSignal(1, &v as *const u64 as *const c_void) }, E_OK, "{}", why());
+    id_word.store(12, Ordering::Relaxed);
+    assert_eq!(Com_ReceiveSignalGroup(10), COM_SERVICE_NOT_AVAILABLE, "group 10 is now 12 in the table");
+    assert_eq!(rtcell_capi::com::Com_SendSignalGroup(10), COM_SERVICE_NOT_AVAILABLE);
+    id_word.store(10, Ordering::Relaxed);
+    assert_eq!(rtcell_capi::com::Com_SendSignalGroup(10), E_OK, "{}", why());
+    assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_com_close(c);
+        rtcell_region_detach(r);
+    }
+}
+
+/// A group value refused as short does not count as read: once the peer completes it (same sequence
+/// number), it is new to this handle.
+#[test]
+fn a_refused_group_value_is_not_remembered_as_read() {
+    let mut l = RegionLayout::new();
+    l.com(
+        "c",
+        ComConfig {
+            signals: vec![SignalDef { id: 1, max_len: 8, dynamic: false, group: Some(10) }],
+            groups: vec![GroupDef { id: 10 }],
+        },
+    )
+    .unwrap();
+    let shm = region(&l);
+    let base = RegionView::attach(shm.words()).unwrap().find("c").unwrap().offset / 8;
+    let w = |k: usize| -> &AtomicU64 { &shm.words()[base + k] };
+    let slot = (w(TABLE + 2 + 1).load(Ordering::Relaxed) & 0xffff_ffff) as usize;
+    let r = attach(&shm);
+    let c = open_com(r);
+    let new_reads = || {
+        let mut k = rtcell_capi::com::rtcell_com_counters::default();
+        // SAFETY: c is live, k writable.
+        assert_eq!(unsafe { rtcell_capi::com::rtcell_com_get_counters(c, &mut k) }, E_OK);
+        k.received_new
+    };
+    w(slot + 1).store(8, Ordering::Relaxed);
+    w(slot).store(2, Ordering::Release);
+    assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+    assert_eq!(new_reads(), 1);
+    w(slot + 1).store(3, Ordering::Relaxed);
+    w(slot).store(4, Ordering::Release);
+    assert_eq!(Com_ReceiveSignalGroup(10), COM_SERVICE_NOT_AVAILABLE);
+    w(slot + 1).store(8, Ordering::Relaxed);
+    assert_eq!(Com_ReceiveSignalGroup(10), E_OK, "{}", why());
+    assert_eq!(new_reads(), 2, "value 4 was never read whole before: it is new");
+    // SAFETY: handles made above, not used afterwards.
+    unsafe {
+        rtcell_com_close(c);
+        rtcell_region_detach(r);
+    }
+}

@@ -309,6 +309,8 @@ impl<'a> ComView<'a> {
         for g in 0..self.ngroups {
             if self.known_word(TABLE + 2 * self.nsig + 2 * g) & 0xffff == id as u64 {
                 self.counts_unchanged()?;
+                // The id word is part of the entry: a pinned view checks it too.
+                self.table_word(TABLE + 2 * self.nsig + 2 * g)?;
                 return self.group_at(g);
             }
         }
@@ -361,7 +363,7 @@ impl<'a> ComView<'a> {
         if !self.still(r) {
             return self.receive_signal(r.id, out, seen);
         }
-        read_slot(self.slot(r.slot, r.max_len)?, out, seen)
+        read_slot(self.slot(r.slot, r.max_len)?, out, seen, !r.dynamic)
     }
 
     /// Maximum length of a signal, and whether it is dynamic.
@@ -419,7 +421,9 @@ impl<'a> ComView<'a> {
     /// Group members are read through [`ComReceiver`].
     pub fn receive_signal(&self, id: u16, out: &mut [u8], seen: &mut u64) -> Result<(usize, Freshness), ComError> {
         match self.place(id)? {
-            Place::Standalone { slot, max_len, .. } => read_slot(self.slot(slot, max_len)?, out, seen),
+            Place::Standalone { slot, max_len, dynamic, .. } => {
+                read_slot(self.slot(slot, max_len)?, out, seen, !dynamic)
+            }
             Place::Member { .. } => Err(ComError::NotOk("signal belongs to a group: use receive_signal_group")),
         }
     }
@@ -430,7 +434,7 @@ impl<'a> ComView<'a> {
         if out.len() < gp.capacity {
             return Err(ComError::NotOk("buffer shorter than the signal group"));
         }
-        let (len, fresh) = read_slot(self.slot(gp.slot, gp.capacity)?, &mut out[..gp.capacity], seen)?;
+        let (len, fresh) = read_slot(self.slot(gp.slot, gp.capacity)?, &mut out[..gp.capacity], seen, true)?;
         if len != gp.capacity && fresh != Freshness::NeverWritten {
             return Err(ComError::ServiceNotAvailable);
         }
@@ -485,9 +489,20 @@ impl<'a> ComView<'a> {
 }
 
 /// Reads a signal's slot into `out`; a signal never written gives length 0 and `out` all zeros (its
-/// initial value), whatever `out` held before.
-fn read_slot(slot: SignalView<'_>, out: &mut [u8], seen: &mut u64) -> Result<(usize, Freshness), ComError> {
-    let (len, fresh) = slot.read(out, seen)?;
+/// initial value), whatever `out` held before. A `fixed` (fixed-length) signal's value must fill the slot: a
+/// shorter one (the peer wrote that length) is `ServiceNotAvailable` and not counted as read.
+fn read_slot(
+    slot: SignalView<'_>,
+    out: &mut [u8],
+    seen: &mut u64,
+    fixed: bool,
+) -> Result<(usize, Freshness), ComError> {
+    let mut last = *seen;
+    let (len, fresh) = slot.read(out, &mut last)?;
+    if fixed && fresh != Freshness::NeverWritten && len != slot.capacity() {
+        return Err(ComError::ServiceNotAvailable);
+    }
+    *seen = last;
     if fresh == Freshness::NeverWritten {
         out.fill(0);
         return Ok((0, fresh));
@@ -587,8 +602,8 @@ impl<'a, 'b> ComReceiver<'a, 'b> {
     pub fn receive_signal(&mut self, id: u16, out: &mut [u8]) -> Result<(usize, Freshness), ComError> {
         match self.view.place(id)? {
             // The place just looked up, read directly (not looked up again by `ComView::receive_signal`).
-            Place::Standalone { index, slot, max_len, .. } => {
-                read_slot(self.view.slot(slot, max_len)?, out, &mut self.seen[index])
+            Place::Standalone { index, slot, max_len, dynamic } => {
+                read_slot(self.view.slot(slot, max_len)?, out, &mut self.seen[index], !dynamic)
             }
             Place::Member { index, group, offset, len } => {
                 let gid = (self.view.table_word(TABLE + 2 * self.view.nsig + 2 * group)? & 0xffff) as u16;
@@ -617,8 +632,11 @@ impl<'a, 'b> ComReceiver<'a, 'b> {
     }
 
     /// Copies a group's current value into the shadow.
+    /// On failure the shadow may hold part of a refused value: no member reads it until a group receive
+    /// succeeds again.
     pub fn receive_signal_group(&mut self, id: u16) -> Result<Freshness, ComError> {
         let gp = self.view.group(id)?;
+        self.shadow_group = None;
         let fresh = self.view.receive_signal_group(id, self.shadow, &mut self.seen[self.view.nsig + gp.index])?;
         self.shadow_group = Some(id);
         Ok(fresh)

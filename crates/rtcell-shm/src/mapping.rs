@@ -66,7 +66,7 @@ impl SharedMemory {
         let len = len.div_ceil(4096).max(1) * 4096;
         let cname = CString::new(debug_name).map_err(|_| io::Error::other("region name contains NUL"))?;
         // SAFETY: memfd_create reads the NUL-terminated name; returns a new fd or -1.
-        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -74,6 +74,13 @@ impl SharedMemory {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // SAFETY: resizing our own descriptor.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // The size is final: a peer given the descriptor (a process cell) must not shrink the file under our
+        // mapping (every access to the cut-off pages would be a SIGBUS here), grow it, or add seals of its own.
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: F_ADD_SEALS on our own memfd, created with sealing allowed; no pointers involved.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
             return Err(io::Error::last_os_error());
         }
         let ptr = map_fd(&fd, len)?;

@@ -214,6 +214,16 @@ impl<'a> RingView<'a> {
         &self.words[P_EVENT]
     }
 
+    /// Frames the receiver will never get: those it found overwritten (`lost`) plus those the sender has
+    /// dropped that it has not reached yet. Unlike `overwritten`, never counts a frame the receiver took
+    /// while the sender was dropping it; exact once both sides stop, approximate while they run.
+    pub fn lost_total(&self) -> u64 {
+        let lost = self.words[C_LOST].load(Ordering::Relaxed);
+        let expected = self.words[C_EXPECTED].load(Ordering::Relaxed);
+        let oldest = self.words[P_OLDEST_SEQ].load(Ordering::Relaxed);
+        lost.wrapping_add(oldest.saturating_sub(expected))
+    }
+
     /// Frames sent but not yet received (approximate while both sides run).
     pub fn queued(&self) -> u64 {
         let next = self.words[P_NEXT_SEQ].load(Ordering::Relaxed);

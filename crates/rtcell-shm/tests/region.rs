@@ -271,6 +271,25 @@ fn anonymous_mapping() {
     assert_eq!(SharedMemory::create_anonymous("tiny", 0).unwrap().len(), 4096);
 }
 
+/// A peer holding the region's memfd (a process cell) cannot shrink it under our mapping: a shrunk file
+/// makes every later access of ours to the cut-off pages a SIGBUS, killing the Linux side.
+#[test]
+fn a_peer_holding_the_memfd_cannot_resize_the_region() {
+    let layout = full_layout();
+    let m = SharedMemory::create_anonymous("rtcell-test", layout.size_bytes()).unwrap();
+    layout.init(m.words(), std::process::id()).unwrap();
+    // The peer's own open file description of the region, read-write (as a child inherits it).
+    let peer = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/self/fd/{}", m.fd())).unwrap();
+    let shrunk = peer.set_len(0);
+    if shrunk.is_ok() {
+        // Put the size back before anything touches the mapping (else this test dies of SIGBUS).
+        peer.set_len(m.len() as u64).unwrap();
+    }
+    assert!(shrunk.is_err(), "the peer shrank the region to 0 bytes under the creator's mapping");
+    assert!(peer.set_len(2 * m.len() as u64).is_err(), "the peer grew the region");
+    assert!(RegionView::attach(m.words()).is_ok());
+}
+
 #[test]
 fn from_fd_refuses_unusable_sizes() {
     let dir = std::env::temp_dir();
@@ -414,4 +433,40 @@ fn ring_between_processes() {
     assert_eq!(u64::from_le_bytes(out), CROSS_MESSAGES);
     let k = r.ring("rx").unwrap().counters();
     assert_eq!((k.sent, k.received, k.lost), (CROSS_MESSAGES, CROSS_MESSAGES, 0));
+}
+
+/// Set in the child of `a_peer_that_opens_a_named_region_cannot_crash_its_creator_by_truncating_it`.
+const TRUNCATE_ENV: &str = "RTCELL_TEST_TRUNCATE_NAMED";
+
+/// A peer started separately opens a named region read-write, as it must to use it, and truncates the
+/// file: the creator's next access to its mapping is a SIGBUS (a /dev/shm file cannot be sealed like the
+/// memfd). The creator runs in a child process so that the signal does not end the test harness.
+#[test]
+#[ignore = "finding: a peer can truncate a named /dev/shm region and the creator dies of SIGBUS on its next access"]
+fn a_peer_that_opens_a_named_region_cannot_crash_its_creator_by_truncating_it() {
+    if let Ok(name) = std::env::var(TRUNCATE_ENV) {
+        let layout = full_layout();
+        let (m, _) = SharedMemory::create_named(&name, layout.size_bytes()).unwrap();
+        layout.init(m.words(), std::process::id()).unwrap();
+        let peer = std::fs::OpenOptions::new().read(true).write(true).open(format!("/dev/shm/rtcell.{name}")).unwrap();
+        let _ = peer.set_len(0);
+        let _ = RegionView::attach(m.words());
+        return;
+    }
+    let name = unique("truncate");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_peer_that_opens_a_named_region_cannot_crash_its_creator_by_truncating_it",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env(TRUNCATE_ENV, &name)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    // A creator killed by the signal leaves its file behind.
+    let _ = std::fs::remove_file(format!("/dev/shm/rtcell.{name}"));
+    assert!(status.success(), "the region's creator died after the peer truncated the file: {status}");
 }
