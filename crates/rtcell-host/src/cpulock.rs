@@ -41,7 +41,7 @@ impl Holder {
     fn me() -> Holder {
         let command = std::env::args().collect::<Vec<_>>().join(" ");
         let since_unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        Holder { pid: std::process::id(), command: printable(&command, COMMAND_CAP), since_unix }
+        Holder { pid: std::process::id(), command: crate::peer_text::peer_str(&command, COMMAND_CAP), since_unix }
     }
 
     /// `pid 123 (rtcell run plc.toml), since 2026-01-02T03:04:05Z`: every field made printable again
@@ -52,12 +52,12 @@ impl Holder {
 
     /// The recorded command line, capped and escaped again.
     pub fn command_text(&self) -> String {
-        printable(&self.command, COMMAND_CAP * 4)
+        crate::peer_text::printable_line(&self.command, COMMAND_CAP * 4)
     }
 
     /// When it took the CPU, as `YYYY-MM-DDTHH:MM:SSZ`.
     pub fn since(&self) -> String {
-        utc(self.since_unix)
+        crate::utc::rfc3339_utc(std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.since_unix))
     }
 }
 
@@ -284,37 +284,6 @@ fn flocked(table: &str, dev: u64, ino: u64) -> bool {
     })
 }
 
-/// `s` capped at `cap` bytes (on a character boundary) with control characters escaped.
-fn printable(s: &str, cap: usize) -> String {
-    let mut end = s.len().min(cap);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut out: String =
-        s[..end].chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect();
-    if end < s.len() {
-        out.push_str("...");
-    }
-    out
-}
-
-/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
-fn utc(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,10 +324,8 @@ mod tests {
 
     #[test]
     fn records_are_printable_and_times_are_utc() {
-        assert_eq!(printable("a\x1b[2Jb\n", 100), "a\\u{1b}[2Jb\\n");
-        assert_eq!(printable("ééé", 3), "é...");
-        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
-        assert_eq!(utc(1_700_000_000), "2023-11-14T22:13:20Z");
+        let shown = crate::peer_text::peer_str("a\x1b[2Jb\n", 100);
+        assert!(!shown.contains('\x1b') && !shown.contains('\n'), "{shown}");
         let table = "1: FLOCK  ADVISORY  WRITE 42 08:01:77 0 EOF\n2: -> FLOCK  ADVISORY  WRITE 43 08:01:78 0 EOF\n";
         let dev = libc::makedev(8, 1);
         assert!(flocked(table, dev, 77));

@@ -17,6 +17,7 @@ pub mod root;
 pub mod sched;
 pub mod tsc;
 pub mod tune;
+pub mod utc;
 
 pub use check::{Level, Verdict, check_cell_cpu, render_text};
 pub use error::HostError;

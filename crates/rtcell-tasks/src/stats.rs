@@ -424,22 +424,9 @@ pub fn read_counters(region: &RegionView<'_>, task: &str) -> Result<TaskCounters
         watchdog_over: r(W_WATCHDOG_OVER),
         unchecked: r(W_UNCHECKED),
         corrupt: r(W_CORRUPT),
-        message: printable(&String::from_utf8_lossy(&buf[..n])),
+        // Read from shared memory: the peer's text, capped and escaped by the one sanitiser.
+        message: rtcell_host::peer_text::peer_text(&buf[..n], rtcell_host::peer_text::PEER_TEXT_CAP),
     })
-}
-
-/// A message read from shared memory, made safe for a terminal, a log and results.json: control
-/// characters escaped (`\u{1b}`), the rest as written.
-fn printable(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Reads one of a task's histograms.
