@@ -30,8 +30,10 @@ pub const PAYLOAD_BASE: u64 = 0x10_0000;
 pub const REGION_GPA: u64 = 0x4000_0000;
 /// Default guest RAM.
 pub const DEFAULT_RAM: u64 = 2 << 20;
-/// Stack the monitor reserves at the top of RAM; payload segments must end below it.
-pub const STACK_SIZE: u64 = 64 << 10;
+/// Stack the monitor reserves at the top of RAM (its lowest page is the unmapped guard page); payload
+/// segments must end below it. 256 KiB: a C payload's `rtcell_com_open` builds its context (eight
+/// channels with their table copies, about 67 KiB) on the stack before it is stored.
+pub const STACK_SIZE: u64 = 256 << 10;
 
 /// `BootInfo::magic`: "RTCBOOT1".
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"RTCBOOT1");

@@ -27,7 +27,7 @@ rtcell_guest::entry!(main);
 /// Idle polls between two heartbeats / stop checks.
 const POLLS_PER_BEAT: u32 = 1024;
 
-/// A controller in .data, built at compile time: each is tens of KiB, too much for the 64 KiB stack.
+/// A controller in .data, built at compile time: each is tens of KiB, too much for the stack.
 struct Slot<T>(UnsafeCell<T>);
 // SAFETY: a payload runs on one vCPU, and `main` takes the only reference to the one slot it uses.
 unsafe impl<T> Sync for Slot<T> {}

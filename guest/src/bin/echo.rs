@@ -21,7 +21,7 @@ const BUF_BYTES: usize = 65536;
 /// Idle polls between two heartbeats / stop checks.
 const POLLS_PER_BEAT: u32 = 1024;
 
-/// The payload's own copy of each message: in .bss, as 64 KiB would not fit on the 64 KiB stack.
+/// The payload's own copy of each message: in .bss, as 64 KiB would not fit on the stack beside everything else.
 struct Buffer(UnsafeCell<[u8; BUF_BYTES]>);
 // SAFETY: a payload runs on one vCPU, and `main` takes the only reference to the buffer.
 unsafe impl Sync for Buffer {}
