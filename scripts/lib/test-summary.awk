@@ -53,7 +53,11 @@ function load_skips(    line, f) {
     bin_skipped = 0
     next
 }
-/^test .* \.\.\. ignored/ { ignored++ }
+# An ignored test whose reason starts "finding:" is a known, unfixed problem: listed apart, never hidden.
+/^test .* \.\.\. ignored, finding/ { findings[++nfindings] = bin ": " substr($0, 6); next_is_finding = 1 }
+/^test .* \.\.\. ignored/ { if (!next_is_finding) ignored++; next_is_finding = 0 }
+# A build that failed: no test of that crate ran, which the closing line must say.
+/^error: could not compile / { build_failed++ }
 { print; fflush() }
 
 END {
@@ -65,5 +69,10 @@ END {
         print "Skipped here: none."
     }
     if (ignored) print ignored " tests ignored by design (benchmarks and helpers: run them with --ignored)."
-    print "tests: " passed + 0 " passed, " failed + 0 " failed, " skipped + 0 " skipped"
+    if (nfindings) {
+        print "Known findings, not fixed (ignored tests that fail today):"
+        for (i = 1; i <= nfindings; i++) print "  - " findings[i]
+    }
+    print "tests: " passed + 0 " passed, " failed + 0 " failed, " skipped + 0 " skipped" \
+        (build_failed ? "; BUILD FAILED (" build_failed " crate(s) did not compile: their tests did not run)" : "")
 }
