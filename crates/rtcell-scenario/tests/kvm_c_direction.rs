@@ -1,8 +1,6 @@
 //! A C task run as a kvm cell's payload may write only the COM channels it sends on: the ones a
 //! `com_master` task writes are its inputs, given to it as read-only memory slots.
 
-use std::path::Path;
-
 use rtcell_scenario::plan::CellRole;
 use rtcell_scenario::{HostView, validate_text};
 
