@@ -719,6 +719,19 @@ fn fault_report(ram: &GuestRam, vector: u64) -> String {
     s
 }
 
+/// The report of an exception the ring-0 stubs caught. Only they run in ring 0: the same hypercall made
+/// from ring 3 is the payload's own forgery, reported as such and never as an exception it did not have.
+fn exception_report(m: &Machine, vector: u64) -> String {
+    match m.vcpu.get_sregs() {
+        Ok(s) if s.cs.dpl == 0 => fault_report(&m.ram, vector),
+        Ok(s) => format!(
+            "forged exception report: the payload made the exception-report hypercall itself (ring {}, vector {vector}); the monitor saw no exception",
+            s.cs.dpl
+        ),
+        Err(e) => format!("exception-report hypercall, but the vCPU's privilege level is unknown (KVM_GET_SREGS: {e})"),
+    }
+}
+
 fn vcpu_main(mut m: Machine, shared: Arc<Shared>, name: &str, cpu: usize, priority: Option<i32>, lock: bool) {
     // SAFETY: pthread_self has no preconditions.
     lock_target(&shared).tid = unsafe { libc::pthread_self() } as usize;
@@ -770,7 +783,7 @@ fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
                     HC_SLEEP => sleep_unless_kicked(shared, Duration::from_nanos(v as u32 as u64)),
                     HC_DONE => return VmEnd::Done(v as u32 as i32),
                     HC_PANIC => return VmEnd::Panic(message(&m.ram, v)),
-                    HC_FAULT => return VmEnd::Fault(fault_report(&m.ram, v)),
+                    HC_FAULT => return VmEnd::Fault(exception_report(m, v)),
                     other => return VmEnd::Fault(format!("unknown hypercall {other}")),
                 }
             }
