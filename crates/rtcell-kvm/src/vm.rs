@@ -129,7 +129,9 @@ pub enum KvmError {
     Unavailable(KvmStatus),
     #[error("payload {name:?}: {source}")]
     Elf { name: String, source: ElfError },
-    #[error("cell RAM of {0} bytes: use a multiple of 2 MiB between 2 MiB and 1 GiB")]
+    #[error(
+        "cell RAM of {0} bytes: use a multiple of 2 MiB between 2 MiB and 1008 MiB (above it lies the hypercall window)"
+    )]
     BadRam(u64),
     #[error("payload arguments are {0} bytes, above the 3072-byte boot-info limit")]
     ArgsTooLong(usize),
@@ -366,7 +368,8 @@ impl KvmCell {
     /// Validates the payload, builds the VM and starts its vCPU thread. Nothing is started if the payload
     /// or the configuration is invalid.
     pub fn start(cfg: KvmConfig) -> Result<KvmCell, KvmError> {
-        if cfg.ram_size < TWO_MIB || cfg.ram_size % TWO_MIB != 0 || cfg.ram_size > (1 << 30) {
+        // RAM ends below the hypercall window: a hypercall must be an MMIO exit, never a store into RAM.
+        if cfg.ram_size < TWO_MIB || cfg.ram_size % TWO_MIB != 0 || cfg.ram_size > HYPERCALL_GPA {
             return Err(KvmError::BadRam(cfg.ram_size));
         }
         let image = elf::parse(&cfg.payload, cfg.ram_size)

@@ -451,3 +451,23 @@ fn a_forged_exception_report_is_not_the_monitors_verdict() {
     assert!(!text.contains("stack overflow") && !text.starts_with("faulted: page fault"), "{text}");
     assert!(text.contains("forged"), "{text}");
 }
+
+/// Guest RAM never covers the hypercall window: with RAM up to it, a hypercall would be an ordinary
+/// store into RAM, and the payload's done, log and panic would never reach the monitor.
+#[test]
+fn the_largest_ram_still_leaves_the_hypercall_window_unbacked() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let shm = region("big");
+    let vm = VmOptions { ram_mib: 1024, ..VmOptions::default() };
+    match Cell::start(faults("big", "mode=done\ncode=3", vm), shm) {
+        // Refused before anything starts, saying why.
+        Err(e) => assert!(e.to_string().contains("hypercall"), "{e}"),
+        Ok(mut cell) => {
+            let s = finish(&mut cell, Duration::from_secs(20));
+            assert_eq!(s, CellStatus::Done(3), "the payload's done hypercall was lost: {s}");
+        }
+    }
+}
