@@ -399,7 +399,9 @@ impl KvmCell {
             let bytes = ram.bytes();
             let exec: Vec<std::ops::Range<u64>> =
                 image.segments.iter().filter(|s| s.executable).map(|s| s.gpa..s.gpa + s.mem_size).collect();
-            layout::build(bytes, cfg.region.len() as u64, cfg.exception_handlers, &exec);
+            let data: Vec<std::ops::Range<u64>> =
+                image.segments.iter().filter(|s| s.writable).map(|s| s.gpa..s.gpa + s.mem_size).collect();
+            layout::build(bytes, cfg.region.len() as u64, cfg.exception_handlers, &exec, &data);
             layout::write_boot_info(bytes, &boot);
             image.load(&cfg.payload, bytes);
         }

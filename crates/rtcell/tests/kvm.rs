@@ -410,6 +410,8 @@ fn hostile_accesses_to_monitor_pages_and_unbacked_addresses_end_in_the_monitors_
     for (args, needles) in cases {
         expect_fault(&format!("mode=poke\n{args}"), VmOptions::default(), needles);
     }
+    // Code pages are read-only: no code written at run time, so NX cannot be sidestepped through them.
+    expect_fault("mode=xtext", VmOptions::default(), &["page fault", "write of address 0x10", "protection violation"]);
     // An exception with a garbage stack pointer: the stubs run on their own ring-0 stack.
     expect_fault("mode=badstack", VmOptions::default(), &["invalid opcode", "RSP 0xdead000000000000"]);
     // Sleeping hypercalls without a heartbeat: the watchdog still acts.

@@ -27,6 +27,7 @@
 //! - `poke`: reads (`op=r`), writes (`op=w`) or calls (`op=x`) the address `addr=` (hex).
 //! - `beat`: beats its heartbeat forever, doing nothing else.
 //! - `sleep`: asks the monitor for the longest sleep (4.29 s), forever, without a heartbeat.
+//! - `xtext`: writes `mov eax, 7; ret` over one of its own functions and calls it.
 //! - `badstack`: points RSP at an unmapped, non-canonical address, then executes `ud2`.
 //!
 //! With `cell=<name>`, the cell's control block is marked running first.
@@ -204,6 +205,17 @@ fn main(boot: &'static BootInfo) -> i32 {
         "sleep" => loop {
             rt_sleep_max();
         },
+        "xtext" => {
+            let f: fn() -> u32 = victim;
+            let p = f as *const () as *mut u8;
+            // SAFETY: the attack: code written into the payload's own text page (which must be read-only).
+            let v = unsafe {
+                core::ptr::copy_nonoverlapping([0xB8u8, 7, 0, 0, 0, 0xC3].as_ptr(), p, 6);
+                core::sync::atomic::compiler_fence(Ordering::SeqCst);
+                core::hint::black_box(f)()
+            };
+            panic!("faults: code written into a text page ran (returned {v})");
+        }
         "badstack" => {
             // SAFETY: the attack: an exception with a useless stack pointer; the monitor reports it.
             unsafe { core::arch::asm!("mov rsp, {0}", "ud2", in(reg) 0xDEAD_0000_0000_0000u64, options(noreturn)) }
@@ -227,6 +239,12 @@ fn raw_message(n: u16, text: &[u8]) {
         core::sync::atomic::compiler_fence(Ordering::SeqCst);
         (hypercall_gpa(n) as *mut u32).write_volatile(u32::MAX);
     }
+}
+
+/// Overwritten by `xtext`.
+#[inline(never)]
+fn victim() -> u32 {
+    core::hint::black_box(1)
 }
 
 /// The longest sleep the hypercall can ask for.
