@@ -226,7 +226,8 @@ mod tests {
         assert!(core::mem::size_of::<BootInfo>() <= 4096);
         let mut ram = vec![0u8; 2 << 20];
         let code = 0x10_0000..0x10_1000;
-        build(&mut ram, 1 << 20, true, core::slice::from_ref(&code), &[0x10_1000..0x10_2000]);
+        let data = 0x10_1000..0x10_2000;
+        build(&mut ram, 1 << 20, true, core::slice::from_ref(&code), core::slice::from_ref(&data));
         // Common handler ends before the ring-0 stack's page.
         let end = (STUBS_GPA + 32 * 16 + 80) as usize;
         assert!(end < 0x6000);
