@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use object::Endianness;
-use object::elf::{EM_X86_64, ET_EXEC, FileHeader64, PF_X, PT_DYNAMIC, PT_INTERP, PT_LOAD};
+use object::elf::{EM_X86_64, ET_EXEC, FileHeader64, PF_W, PF_X, PT_DYNAMIC, PT_INTERP, PT_LOAD};
 use object::read::elf::{FileHeader, ProgramHeader};
 use rtcell_guest::abi::{MONITOR_END, STACK_SIZE};
 
@@ -42,6 +42,7 @@ pub struct Segment {
     pub file_range: core::ops::Range<usize>,
     pub mem_size: u64,
     pub executable: bool,
+    pub writable: bool,
 }
 
 /// A checked payload image.
@@ -108,6 +109,7 @@ pub fn parse(data: &[u8], ram_size: u64) -> Result<Image, ElfError> {
             file_range: off as usize..file_end as usize,
             mem_size: memsz,
             executable: ph.p_flags(endian) & PF_X != 0,
+            writable: ph.p_flags(endian) & PF_W != 0,
         });
     }
     if segments.is_empty() {

@@ -51,9 +51,13 @@ pub fn stack_guard(ram_size: u64) -> core::ops::Range<u64> {
 }
 
 /// Rights of the 4 KiB page at `gpa` of guest RAM: present, writable, user, executable. Only the pages
-/// of executable payload segments (`exec`, GPA ranges) and the exception stubs may be executed.
-fn page_flags(gpa: u64, ram_size: u64, exec: &[core::ops::Range<u64>]) -> u64 {
-    let executable = exec.iter().any(|r| r.start < gpa + 4096 && gpa < r.end);
+/// of executable payload segments (`exec`, GPA ranges) and the exception stubs may be executed, and an
+/// executable page is read-only unless a writable segment (`data`) shares it, so code cannot be
+/// written at run time.
+fn page_flags(gpa: u64, ram_size: u64, exec: &[core::ops::Range<u64>], data: &[core::ops::Range<u64>]) -> u64 {
+    let overlaps = |rs: &[core::ops::Range<u64>]| rs.iter().any(|r| r.start < gpa + 4096 && gpa < r.end);
+    let executable = overlaps(exec);
+    let write = if executable && !overlaps(data) { 0 } else { PTE_W };
     let flags = match gpa {
         0 => return 0,                                       // null page: not present
         g if stack_guard(ram_size).contains(&g) => return 0, // stack guard: not present
@@ -62,15 +66,22 @@ fn page_flags(gpa: u64, ram_size: u64, exec: &[core::ops::Range<u64>]) -> u64 {
         STUBS_GPA => return STUBS_GPA | PTE_P,               // exception stubs: ring 0, read and execute
         g if g < 0x10000 => PTE_P | PTE_W,                   // monitor pages: supervisor only
         g if g < 0x10_0000 => return 0,                      // unused
-        _ => PTE_P | PTE_W | PTE_U,                          // payload and stack
+        _ => PTE_P | write | PTE_U,                          // payload and stack
     };
     gpa | flags | if executable { 0 } else { PTE_NX }
 }
 
 /// Writes GDT, TSS, page tables and (if `handlers`) the IDT and its stubs into `ram`.
 /// `ram.len()` is the guest RAM size (a multiple of 2 MiB, at least 2 MiB). `exec` are the GPA ranges
-/// of the payload's executable segments: every other page is non-executable (NX), the region included.
-pub fn build(ram: &mut [u8], region_size: u64, handlers: bool, exec: &[core::ops::Range<u64>]) {
+/// of the payload's executable segments: every other page is non-executable (NX), the region included;
+/// `data` those of its writable segments (code pages that share none are read-only).
+pub fn build(
+    ram: &mut [u8],
+    region_size: u64,
+    handlers: bool,
+    exec: &[core::ops::Range<u64>],
+    data: &[core::ops::Range<u64>],
+) {
     // GDT: null, kernel code, kernel data, user data, user code, 64-bit TSS (two slots).
     let gdt = [0u64, 0x00AF_9A00_0000_FFFF, 0x00CF_9200_0000_FFFF, 0x00CF_F200_0000_FFFF, 0x00AF_FA00_0000_FFFF];
     for (i, d) in gdt.iter().enumerate() {
@@ -103,13 +114,13 @@ pub fn build(ram: &mut [u8], region_size: u64, handlers: bool, exec: &[core::ops
     // of a larger RAM (its stack guard page).
     put_u64(ram, PD0_GPA, PT0_GPA | dir);
     for page in 0..512u64 {
-        put_u64(ram, PT0_GPA + 8 * page, page_flags(page * 4096, ram_size, exec));
+        put_u64(ram, PT0_GPA + 8 * page, page_flags(page * 4096, ram_size, exec, data));
     }
     let top = ram_size / TWO_MIB - 1;
     if top > 0 {
         put_u64(ram, PD0_GPA + 8 * top, PT_TOP_GPA | dir);
         for page in 0..512u64 {
-            put_u64(ram, PT_TOP_GPA + 8 * page, page_flags(top * TWO_MIB + page * 4096, ram_size, exec));
+            put_u64(ram, PT_TOP_GPA + 8 * page, page_flags(top * TWO_MIB + page * 4096, ram_size, exec, data));
         }
     }
     // The rest of the first GiB in 2 MiB pages: RAM, then unbacked addresses (an access is an MMIO exit);
@@ -215,7 +226,8 @@ mod tests {
         assert!(core::mem::size_of::<BootInfo>() <= 4096);
         let mut ram = vec![0u8; 2 << 20];
         let code = 0x10_0000..0x10_1000;
-        build(&mut ram, 1 << 20, true, core::slice::from_ref(&code));
+        let data = 0x10_1000..0x10_2000;
+        build(&mut ram, 1 << 20, true, core::slice::from_ref(&code), core::slice::from_ref(&data));
         // Common handler ends before the ring-0 stack's page.
         let end = (STUBS_GPA + 32 * 16 + 80) as usize;
         assert!(end < 0x6000);
@@ -223,7 +235,8 @@ mod tests {
         let pte = |page: usize| u64::from_le_bytes(ram[PT0_GPA as usize + 8 * page..][..8].try_into().unwrap());
         assert_eq!(pte(0), 0);
         assert_eq!(pte(1) & 7, PTE_P | PTE_U);
-        assert_eq!(pte(0x100) & 7, 7);
+        assert_eq!(pte(0x100) & 7, PTE_P | PTE_U, "code is read-only");
+        assert_eq!(pte(0x101) & 7, 7);
         assert_eq!(pte(3) & PTE_U, 0);
         // Code executable, data and stack not; the guard page under the stack not present.
         assert_eq!(pte(0x100) & PTE_NX, 0);

@@ -129,7 +129,9 @@ pub enum KvmError {
     Unavailable(KvmStatus),
     #[error("payload {name:?}: {source}")]
     Elf { name: String, source: ElfError },
-    #[error("cell RAM of {0} bytes: use a multiple of 2 MiB between 2 MiB and 1 GiB")]
+    #[error(
+        "cell RAM of {0} bytes: use a multiple of 2 MiB between 2 MiB and 1008 MiB (above it lies the hypercall window)"
+    )]
     BadRam(u64),
     #[error("payload arguments are {0} bytes, above the 3072-byte boot-info limit")]
     ArgsTooLong(usize),
@@ -366,7 +368,8 @@ impl KvmCell {
     /// Validates the payload, builds the VM and starts its vCPU thread. Nothing is started if the payload
     /// or the configuration is invalid.
     pub fn start(cfg: KvmConfig) -> Result<KvmCell, KvmError> {
-        if cfg.ram_size < TWO_MIB || cfg.ram_size % TWO_MIB != 0 || cfg.ram_size > (1 << 30) {
+        // RAM ends below the hypercall window: a hypercall must be an MMIO exit, never a store into RAM.
+        if cfg.ram_size < TWO_MIB || cfg.ram_size % TWO_MIB != 0 || cfg.ram_size > HYPERCALL_GPA {
             return Err(KvmError::BadRam(cfg.ram_size));
         }
         let image = elf::parse(&cfg.payload, cfg.ram_size)
@@ -396,7 +399,9 @@ impl KvmCell {
             let bytes = ram.bytes();
             let exec: Vec<std::ops::Range<u64>> =
                 image.segments.iter().filter(|s| s.executable).map(|s| s.gpa..s.gpa + s.mem_size).collect();
-            layout::build(bytes, cfg.region.len() as u64, cfg.exception_handlers, &exec);
+            let data: Vec<std::ops::Range<u64>> =
+                image.segments.iter().filter(|s| s.writable).map(|s| s.gpa..s.gpa + s.mem_size).collect();
+            layout::build(bytes, cfg.region.len() as u64, cfg.exception_handlers, &exec, &data);
             layout::write_boot_info(bytes, &boot);
             image.load(&cfg.payload, bytes);
         }
@@ -719,6 +724,19 @@ fn fault_report(ram: &GuestRam, vector: u64) -> String {
     s
 }
 
+/// The report of an exception the ring-0 stubs caught. Only they run in ring 0: the same hypercall made
+/// from ring 3 is the payload's own forgery, reported as such and never as an exception it did not have.
+fn exception_report(m: &Machine, vector: u64) -> String {
+    match m.vcpu.get_sregs() {
+        Ok(s) if s.cs.dpl == 0 => fault_report(&m.ram, vector),
+        Ok(s) => format!(
+            "forged exception report: the payload made the exception-report hypercall itself (ring {}, vector {vector}); the monitor saw no exception",
+            s.cs.dpl
+        ),
+        Err(e) => format!("exception-report hypercall, but the vCPU's privilege level is unknown (KVM_GET_SREGS: {e})"),
+    }
+}
+
 fn vcpu_main(mut m: Machine, shared: Arc<Shared>, name: &str, cpu: usize, priority: Option<i32>, lock: bool) {
     // SAFETY: pthread_self has no preconditions.
     lock_target(&shared).tid = unsafe { libc::pthread_self() } as usize;
@@ -770,7 +788,7 @@ fn run_loop(m: &mut Machine, shared: &Shared) -> VmEnd {
                     HC_SLEEP => sleep_unless_kicked(shared, Duration::from_nanos(v as u32 as u64)),
                     HC_DONE => return VmEnd::Done(v as u32 as i32),
                     HC_PANIC => return VmEnd::Panic(message(&m.ram, v)),
-                    HC_FAULT => return VmEnd::Fault(fault_report(&m.ram, v)),
+                    HC_FAULT => return VmEnd::Fault(exception_report(m, v)),
                     other => return VmEnd::Fault(format!("unknown hypercall {other}")),
                 }
             }

@@ -118,6 +118,7 @@ fn expect_fault(args: &str, vm: VmOptions, needles: &[&str]) {
         assert!(text.contains(n), "{args}: expected {n:?} in {text:?}");
     }
     assert!(matches!(s, CellStatus::Faulted(_)), "{args}: {s:?}");
+    assert!(printable(&text), "{args}: {text:?}");
     drop(cell);
 }
 
@@ -377,6 +378,98 @@ fn direction_nx_and_the_stack_guard_hold_for_every_payload() {
         assert!(matches!(s, CellStatus::Faulted(_)), "{args}: {text}");
         for n in needles {
             assert!(text.contains(n), "{args}: expected {n:?} in {text:?}");
+        }
+    }
+}
+
+/// Attacks on the monitor's pages, mappings and stubs: each ends in the monitor's fault report, in
+/// printable text, without the payload going on.
+#[test]
+fn hostile_accesses_to_monitor_pages_and_unbacked_addresses_end_in_the_monitors_report() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let cases: &[(&str, &[&str])] = &[
+        // Page tables, GDT and the stubs are supervisor-only: no remapping from ring 3.
+        ("op=w\naddr=0x8000", &["page fault", "write of address 0x8000", "protection violation"]),
+        ("op=w\naddr=0xb000", &["page fault", "write of address 0xb000", "protection violation"]),
+        ("op=w\naddr=0x3000", &["page fault", "write of address 0x3000", "protection violation"]),
+        ("op=r\naddr=0x5000", &["page fault", "read of address 0x5000"]),
+        ("op=x\naddr=0x5000", &["page fault", "instruction fetch of address 0x5000"]),
+        // No execution from the stack, the message page, unbacked addresses or the hypercall window.
+        ("op=x\naddr=0x1ff000", &["instruction fetch of address 0x1ff000", "not executable"]),
+        ("op=x\naddr=0x2000", &["instruction fetch of address 0x2000", "not executable"]),
+        ("op=x\naddr=0x30000000", &["instruction fetch of address 0x30000000", "not executable"]),
+        ("op=x\naddr=0x3f000000", &["instruction fetch of address 0x3f000000", "not executable"]),
+        // Past the region's end (inside its last 2 MiB page), past the mapped GiBs, non-canonical.
+        ("op=r\naddr=0x401f0000", &["read outside its memory", "0x401f0000"]),
+        ("op=w\naddr=0x80000000", &["page fault", "page not mapped"]),
+        ("op=r\naddr=0x800000000000", &["general protection"]),
+    ];
+    for (args, needles) in cases {
+        expect_fault(&format!("mode=poke\n{args}"), VmOptions::default(), needles);
+    }
+    // Code pages are read-only: no code written at run time, so NX cannot be sidestepped through them.
+    expect_fault("mode=xtext", VmOptions::default(), &["page fault", "write of address 0x10", "protection violation"]);
+    // An exception with a garbage stack pointer: the stubs run on their own ring-0 stack.
+    expect_fault("mode=badstack", VmOptions::default(), &["invalid opcode", "RSP 0xdead000000000000"]);
+    // Sleeping hypercalls without a heartbeat: the watchdog still acts.
+    expect_fault("mode=sleep", VmOptions { watchdog_ms: Some(200), ..VmOptions::default() }, &["watchdog"]);
+}
+
+/// A payload that beats its heartbeat and does nothing else is not stopped by the watchdog (it shows
+/// progress), but a stop request ends it: bounded, and reported as not stopping on request.
+#[test]
+fn a_payload_that_only_beats_is_still_stopped_on_request() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let shm = region("b");
+    let vm = VmOptions { watchdog_ms: Some(200), ..VmOptions::default() };
+    let mut cell = Cell::start(faults("b", "mode=beat\ncell=b", vm), Arc::clone(&shm)).unwrap();
+    cell.wait_running(Duration::from_secs(10)).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(cell.status(), CellStatus::Running);
+    let report = cell.stop(Duration::from_secs(1));
+    let text = report.status.to_string();
+    assert!(text.contains("did not stop within") && text.contains("vCPU stopped"), "{text}");
+}
+
+/// The exception-report hypercall made by the payload itself (ring 3), not by the monitor's ring-0
+/// stubs, is a forgery: it must not be reported as an exception the monitor saw.
+#[test]
+fn a_forged_exception_report_is_not_the_monitors_verdict() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let shm = region("fg");
+    let mut cell = Cell::start(faults("fg", "mode=forge", VmOptions::default()), shm).unwrap();
+    let s = finish(&mut cell, Duration::from_secs(20));
+    let text = s.to_string();
+    assert!(matches!(s, CellStatus::Faulted(_)), "{text}");
+    assert!(!text.contains("stack overflow") && !text.starts_with("faulted: page fault"), "{text}");
+    assert!(text.contains("forged"), "{text}");
+}
+
+/// Guest RAM never covers the hypercall window: with RAM up to it, a hypercall would be an ordinary
+/// store into RAM, and the payload's done, log and panic would never reach the monitor.
+#[test]
+fn the_largest_ram_still_leaves_the_hypercall_window_unbacked() {
+    let _serial = common::serial();
+    if !kvm_or_skip() {
+        return;
+    }
+    let shm = region("big");
+    let vm = VmOptions { ram_mib: 1024, ..VmOptions::default() };
+    match Cell::start(faults("big", "mode=done\ncode=3", vm), shm) {
+        // Refused before anything starts, saying why.
+        Err(e) => assert!(e.to_string().contains("hypercall"), "{e}"),
+        Ok(mut cell) => {
+            let s = finish(&mut cell, Duration::from_secs(20));
+            assert_eq!(s, CellStatus::Done(3), "the payload's done hypercall was lost: {s}");
         }
     }
 }

@@ -22,6 +22,13 @@
 //! - `xregion`: writes `ret` into writable channel `chan=` and calls it.
 //! - `xdata`: writes `ret` into a static buffer and calls it.
 //! - `stack`: recurses until the stack overflows.
+//! - `forge`: writes a made-up exception report (a page fault "stack overflow") into the message page and
+//!   makes the exception-report hypercall itself, from ring 3.
+//! - `poke`: reads (`op=r`), writes (`op=w`) or calls (`op=x`) the address `addr=` (hex).
+//! - `beat`: beats its heartbeat forever, doing nothing else.
+//! - `sleep`: asks the monitor for the longest sleep (4.29 s), forever, without a heartbeat.
+//! - `xtext`: writes `mov eax, 7; ret` over one of its own functions and calls it.
+//! - `badstack`: points RSP at an unmapped, non-canonical address, then executes `ud2`.
 //!
 //! With `cell=<name>`, the cell's control block is marked running first.
 
@@ -30,7 +37,7 @@
 
 use core::sync::atomic::Ordering;
 
-use rtcell_guest::abi::{BOOT_INFO_GPA, BootInfo, HC_LOG, HC_PANIC, MSG_GPA, hypercall_gpa};
+use rtcell_guest::abi::{BOOT_INFO_GPA, BootInfo, HC_FAULT, HC_LOG, HC_PANIC, HC_SLEEP, MSG_GPA, hypercall_gpa};
 use rtcell_guest::rt;
 use rtcell_payloads::{arg, arg_or, control, region};
 use rtcell_shm::ChannelKind;
@@ -155,6 +162,64 @@ fn main(boot: &'static BootInfo) -> i32 {
             let depth = recurse(core::hint::black_box(1));
             panic!("faults: recursion of depth {depth} did not overflow the stack");
         }
+        "forge" => {
+            let stack_guard = boot.ram_size - (64 << 10);
+            // vector, error code (write, present), RIP, RSP, CR2: a "stack overflow" that never happened.
+            let info: [u64; 5] = [14, 3, 0x10_0000, stack_guard, stack_guard + 8];
+            // SAFETY: the message page is the payload's; the hypercall window is unbacked (an exit).
+            unsafe {
+                core::ptr::copy_nonoverlapping(info.as_ptr(), MSG_GPA as *mut u64, info.len());
+                core::sync::atomic::compiler_fence(Ordering::SeqCst);
+                (hypercall_gpa(HC_FAULT) as *mut u32).write_volatile(14);
+            }
+            panic!("faults: the forged exception report was not stopped");
+        }
+        "poke" => {
+            let a = arg(boot, "faults", "addr");
+            let addr = u64::from_str_radix(a.trim_start_matches("0x"), 16)
+                .unwrap_or_else(|_| panic!("faults: addr={a:?} is not hex"));
+            match boot.arg("op").unwrap_or("w") {
+                // SAFETY (all three): the attack itself; the monitor must stop the payload.
+                "r" => {
+                    let v = unsafe { (addr as *const u64).read_volatile() };
+                    panic!("faults: read {v:#x} at {addr:#x}");
+                }
+                "x" => {
+                    let f: extern "C" fn() = unsafe { core::mem::transmute(addr as *const ()) };
+                    f();
+                    panic!("faults: called {addr:#x} and it returned");
+                }
+                _ => {
+                    unsafe { (addr as *mut u64).write_volatile(0xA5A5_A5A5_A5A5_A5A5) };
+                    panic!("faults: wrote {addr:#x}");
+                }
+            }
+        }
+        "beat" => {
+            let Some(c) = &ctl else { panic!("faults: mode=beat needs cell=") };
+            loop {
+                c.beat();
+                core::hint::spin_loop();
+            }
+        }
+        "sleep" => loop {
+            rt_sleep_max();
+        },
+        "xtext" => {
+            let f: fn() -> u32 = victim;
+            let p = f as *const () as *mut u8;
+            // SAFETY: the attack: code written into the payload's own text page (which must be read-only).
+            let v = unsafe {
+                core::ptr::copy_nonoverlapping([0xB8u8, 7, 0, 0, 0, 0xC3].as_ptr(), p, 6);
+                core::sync::atomic::compiler_fence(Ordering::SeqCst);
+                core::hint::black_box(f)()
+            };
+            panic!("faults: code written into a text page ran (returned {v})");
+        }
+        "badstack" => {
+            // SAFETY: the attack: an exception with a useless stack pointer; the monitor reports it.
+            unsafe { core::arch::asm!("mov rsp, {0}", "ud2", in(reg) 0xDEAD_0000_0000_0000u64, options(noreturn)) }
+        }
         other => panic!("faults: unknown mode {other:?}; see the faults payload's documentation"),
     }
 }
@@ -174,6 +239,18 @@ fn raw_message(n: u16, text: &[u8]) {
         core::sync::atomic::compiler_fence(Ordering::SeqCst);
         (hypercall_gpa(n) as *mut u32).write_volatile(u32::MAX);
     }
+}
+
+/// Overwritten by `xtext`.
+#[inline(never)]
+fn victim() -> u32 {
+    core::hint::black_box(1)
+}
+
+/// The longest sleep the hypercall can ask for.
+fn rt_sleep_max() {
+    // SAFETY: the hypercall window is unbacked: the write only exits to the monitor.
+    unsafe { (hypercall_gpa(HC_SLEEP) as *mut u32).write_volatile(u32::MAX) };
 }
 
 /// Uses 4 KiB of stack per level, forever.
