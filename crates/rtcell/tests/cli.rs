@@ -116,6 +116,8 @@ fn bad_input_is_refused_with_exit_2_and_a_fix() {
 
 #[test]
 fn existing_results_are_never_overwritten() {
+    // Refused before any cell starts, but a held cell CPU could be named first: hold it like the runs do.
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("results.json"), "precious").unwrap();
     refused(&["bench", "c2c", "--samples", "10", "--out", dir.path().to_str().unwrap()], "already holds");

@@ -686,7 +686,7 @@ fn a_payload_is_validated_stored_by_hash_and_deployed_into_a_new_kvm_cell() {
     assert_eq!(cell["origin"], "deployed");
     assert!(cell["handled"].as_u64().unwrap() > 1000, "steps every 100 µs are counted: {cell}");
     let o = ctl(&["stop-cell", "tick"]);
-    assert!(o.status.success() && common::text(&o).contains("cell tick: stopped"), "{}", common::text(&o));
+    assert!(o.status.success() && common::text(&o).contains("cell \"tick\": stopped"), "{}", common::text(&o));
     let o = ctl(&["stop-cell", "tick"]);
     assert!(common::text(&o).contains("not_found"), "{}", common::text(&o));
     let audit = std::fs::read_to_string(s.path("audit.log")).unwrap();

@@ -616,6 +616,8 @@ impl Drop for PgServer {
 
 #[test]
 fn a_fleet_history_in_postgresql_records_lists_finds_and_compares() {
+    // It runs a benchmark on the cell CPU: one such test at a time, across test binaries too.
+    let _serial = serial();
     let Some(pg) = PgServer::start() else { return };
     let url = pg.database("fleet");
     let home = tempfile::tempdir().unwrap();
@@ -680,6 +682,8 @@ fn machines_recording_at_once_into_a_new_postgresql_history_are_all_kept() {
 
 #[test]
 fn postgresql_databases_that_are_not_our_history_are_refused_untouched() {
+    // It runs a benchmark on the cell CPU: one such test at a time, across test binaries too.
+    let _serial = serial();
     let Some(pg) = PgServer::start() else { return };
     let home = tempfile::tempdir().unwrap();
     // A newer schema of ours.

@@ -253,7 +253,9 @@ fn a_watchdog_trip_stops_one_task_sets_its_safe_value_and_the_others_keep_their_
     for task in ["a", "b"] {
         assert_eq!(outcome_task(&doc, task)["state"], "done", "{t}");
     }
-    let only_ab = serde_json::json!({"suites": [{"config": {"outcome": {
+    let only_ab = serde_json::json!({"suites": [{"config": {
+        "duration_s": doc["suites"][0]["config"]["duration_s"].clone(),
+        "outcome": {
         "tasks": doc["suites"][0]["config"]["outcome"]["tasks"].as_array().unwrap().iter()
             .filter(|x| x["name"] == "a" || x["name"] == "b").cloned().collect::<Vec<_>>(),
         "steal_ms": doc["suites"][0]["config"]["outcome"]["steal_ms"].clone(),
