@@ -9,6 +9,8 @@
 //!
 //! `RTCELL_FUZZ_CASES` (default: a CI budget of a few seconds) and `RTCELL_FUZZ_SEED` (default: random).
 
+mod common;
+use common::Guarded;
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicU64 as StdAtomicU64, Ordering as O};
@@ -38,8 +40,6 @@ const DYN_ID: u16 = 4;
 const DYN_MAX: usize = 24;
 const GROUP: u16 = 10;
 const FRAME_MAX: usize = 16;
-const CANARY: u8 = 0x5a;
-const PAD: usize = 16;
 
 /// A thin view of the test kit's generator with the two draws this target uses.
 struct Rng(SmallRng);
@@ -173,28 +173,6 @@ impl Target<'_> {
                 self.put(k, self.orig[k]);
             }
         }
-    }
-}
-
-/// `n` bytes for the library, with canaries either side.
-struct Guarded(Vec<u8>, usize);
-
-impl Guarded {
-    fn new(n: usize, fill: u8) -> Guarded {
-        let mut v = vec![CANARY; PAD + n + PAD];
-        v[PAD..PAD + n].fill(fill);
-        Guarded(v, n)
-    }
-    fn ptr(&mut self) -> *mut c_void {
-        self.0[PAD..].as_mut_ptr() as *mut c_void
-    }
-    fn check(&self, what: &str) {
-        assert!(
-            self.0[..PAD].iter().chain(&self.0[PAD + self.1..]).all(|&b| b == CANARY),
-            "{what} wrote outside its {}-byte buffer: {:x?}",
-            self.1,
-            self.0
-        );
     }
 }
 

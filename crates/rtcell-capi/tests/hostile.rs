@@ -3,6 +3,8 @@
 //! table; a changed table is COM_SERVICE_NOT_AVAILABLE until it reads as at open again. And the counters
 //! and codes tell the truth: a refused send is not a lost message, a never-written signal reads as zeros.
 
+mod common;
+use common::{CANARY, Guarded};
 use std::ffi::{CStr, c_void};
 use std::ptr::null_mut;
 
@@ -25,8 +27,6 @@ use rtcell_shm::{ComConfig, GroupDef, Overflow, RegionLayout, RegionView, RingCo
 
 /// Word index of the COM table in a channel (after the 16-word header).
 const TABLE: usize = 16;
-const CANARY: u8 = 0x5a;
-const PAD: usize = 32;
 
 fn why() -> String {
     // SAFETY: rtcell_last_error returns a NUL-terminated string.
@@ -55,26 +55,6 @@ fn open_com(r: *mut rtcell_region) -> *mut rtcell_com {
     // SAFETY: c is live and used by this thread only.
     unsafe { rtcell_com_use(c) };
     c
-}
-
-/// `n` bytes for the caller, with canaries either side.
-struct Guarded(Vec<u8>, usize);
-
-impl Guarded {
-    fn new(n: usize, fill: u8) -> Guarded {
-        let mut v = vec![CANARY; PAD + n + PAD];
-        v[PAD..PAD + n].fill(fill);
-        Guarded(v, n)
-    }
-    fn ptr(&mut self) -> *mut c_void {
-        self.0[PAD..].as_mut_ptr() as *mut c_void
-    }
-    fn bytes(&self) -> &[u8] {
-        &self.0[PAD..PAD + self.1]
-    }
-    fn canaries_intact(&self) -> bool {
-        self.0[..PAD].iter().chain(&self.0[PAD + self.1..]).all(|&b| b == CANARY)
-    }
 }
 
 #[test]
