@@ -761,7 +761,15 @@ impl Validator<'_> {
                             );
                         }
                     }
-                    (TaskWork::Log { file: file.clone(), signals: sigs.clone(), tasks: logged.clone() }, 50.0)
+                    (
+                        TaskWork::Log {
+                            file: file.clone(),
+                            signals: sigs.clone(),
+                            tasks: logged.clone(),
+                            created: None,
+                        },
+                        50.0,
+                    )
                 }
                 RawWork::Master { request, reply } => {
                     for (field, ch) in [("workload.request", request), ("workload.reply", reply)] {

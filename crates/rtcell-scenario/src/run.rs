@@ -275,15 +275,17 @@ pub fn run_observed(
     for t in &plan.tasks {
         let mut s = t.spec.clone();
         s.tsc_khz = tsc_khz;
-        if let TaskWork::Log { file, .. } = &mut s.work {
+        if let TaskWork::Log { file, created, .. } = &mut s.work {
             let dir = match run_dir.take() {
                 Some(d) => d,
                 None => rtcell_host::outdir::RunDir::create(out_dir)
                     .map_err(|e| StartError(format!("{}: {e}", out_dir.display())))?,
             };
-            let (p, _) = dir
+            let (p, f) = dir
                 .create_new(file)
                 .map_err(|e| StartError(format!("log file {}: {e}", out_dir.join(&*file).display())))?;
+            let meta = f.metadata().map_err(|e| StartError(format!("log file {}: {e}", p.display())))?;
+            *created = Some((std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta)));
             run_dir = Some(dir);
             files.push(p.clone());
             *file = p.display().to_string();

@@ -162,8 +162,16 @@ pub enum TaskWork {
     /// fieldbus frame, and writes `[q; 6], [tau; 6]` to the output signal.
     Drive { setpoint: String, torque: String, us: f64 },
     /// Appends one CSV line per cycle to `file`: the time, the values of `signals`, and for each task in
-    /// `tasks` its cycles, overruns and worst latency so far. Only on the Linux side.
-    Log { file: String, signals: Vec<String>, tasks: Vec<String> },
+    /// `tasks` its cycles, overruns and worst latency so far. Only on the Linux side. `created` is the
+    /// (device, inode) of the file the run made new for it: the task writes only to that file, so a
+    /// directory swapped for a symbolic link between the two opens cannot redirect it.
+    Log {
+        file: String,
+        signals: Vec<String>,
+        tasks: Vec<String>,
+        #[serde(default)]
+        created: Option<(u64, u64)>,
+    },
     /// The 10 kHz master of the offload: each cycle sends the next reference sample `(r, y)` on ring
     /// `request` (`rtcell_control::offload` messages) to a cell serving the controller in `precision`,
     /// waits for the answer on ring `reply` until 90% of the deadline, and checks it against the reference

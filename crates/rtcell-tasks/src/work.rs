@@ -72,6 +72,27 @@ pub fn calibrate_busy(ns_per_tick: f64) -> f64 {
     if ns > 0.0 { N as f64 * 1000.0 / ns } else { 1000.0 }
 }
 
+/// Opens a log task's file for writing: never through a symbolic link, never created here (the run made
+/// it new inside its results directory), and, when the run said which file that was, only that one (a
+/// parent directory swapped in between cannot redirect the log; nothing is truncated or written first).
+fn open_log(file: &str, created: Option<(u64, u64)>) -> Result<File, String> {
+    use std::os::unix::fs::MetadataExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(file)
+        .map_err(|e| format!("log file {file}: {e}"))?;
+    if let Some((dev, ino)) = created {
+        let m = f.metadata().map_err(|e| format!("log file {file}: {e}"))?;
+        if (m.dev(), m.ino()) != (dev, ino) {
+            return Err(format!(
+                "log file {file}: it is no longer the file this run created (a directory on its path was replaced); nothing was written"
+            ));
+        }
+    }
+    Ok(f)
+}
+
 fn signal<'a>(region: &RegionView<'a>, name: &str) -> Result<SignalView<'a>, String> {
     region.signal(name).map_err(|e| format!("signal {name:?}: {e}"))
 }
@@ -287,15 +308,8 @@ impl<'a> Body<'a> {
                 out: need_out("a drive")?,
                 iters: (calibrate_busy(ns_per_tick) * us).round() as u64,
             },
-            TaskWork::Log { file, signals, tasks } => {
-                // Never through a symbolic link (the run made the file new inside its results directory).
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                    .open(file)
-                    .map_err(|e| format!("log file {file}: {e}"))?;
+            TaskWork::Log { file, signals, tasks, created } => {
+                let f = open_log(file, *created)?;
                 let mut sigs = Vec::new();
                 for s in signals {
                     let v = signal(region, s)?;
@@ -519,5 +533,36 @@ impl<'a> Body<'a> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_log;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_log_writes_only_to_the_file_the_run_created() {
+        let tmp = tempfile::tempdir().unwrap();
+        let made = tmp.path().join("motion.log");
+        std::fs::write(&made, b"").unwrap();
+        let m = std::fs::metadata(&made).unwrap();
+        let id = Some((m.dev(), m.ino()));
+        let path = made.to_str().unwrap();
+        assert!(open_log(path, id).is_ok());
+
+        // The file swapped for another one (as a replaced parent directory would do): refused, untouched.
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, b"keep me").unwrap();
+        std::fs::rename(&victim, &made).unwrap();
+        let e = open_log(path, id).unwrap_err();
+        assert!(e.contains("no longer the file this run created"), "{e}");
+        assert_eq!(std::fs::read(&made).unwrap(), b"keep me");
+
+        // A symbolic link is never followed, and nothing is created.
+        std::fs::remove_file(&made).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("elsewhere"), &made).unwrap();
+        assert!(open_log(path, None).is_err());
+        assert!(!tmp.path().join("elsewhere").exists());
     }
 }
