@@ -638,6 +638,7 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
                 writes_per_s: writes,
                 scrape_every: std::time::Duration::from_secs(1),
                 history: common.history.path.clone(),
+                hostile: Default::default(),
             };
             ("gateway", common, Plan::Gateway(cfg))
         }

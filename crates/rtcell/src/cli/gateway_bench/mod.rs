@@ -1,14 +1,19 @@
 //! `rtcell bench gateway`: does the gateway disturb the real-time side?
 //!
 //! Runs a scenario (default `examples/offload.toml`: a 10 kHz master offloading the controller to a
-//! cell) in a child `rtcell run --serve`, and drives its gateway from here in three phases of equal
-//! length: idle, loaded (1,000 statistics reads/s and 100 signal writes/s over gRPC, and a Prometheus
-//! scrape every second), idle again. Each phase's activation latency (p99.9) and overruns of the task
-//! come from the difference of its histogram between the phase's ends; the loaded phase is compared
-//! with the noise between the two idle phases. Every write's acknowledgement must carry the value
-//! written (seen by the task that reads it): a mismatch, a timeout or a refusal is an error.
+//! cell) in a child `rtcell run --serve` on a loopback TCP port with a bearer token, and drives its
+//! gateway from here in five phases of equal length: idle, loaded (1,000 statistics reads/s and 100
+//! signal writes/s over gRPC, and a Prometheus scrape every second), idle, misbehaving (idle sockets,
+//! unread streams and refused requests: see [`misbehave`]), idle. Each phase's activation latency
+//! (p99.9) and overruns of the task come from the difference of its histogram between the phase's
+//! ends; each disturbing phase is compared with the noise between the two idle phases around it. Every
+//! write's acknowledgement must carry the value written (seen by the task that reads it): a mismatch, a
+//! timeout or a refusal is an error. In every phase a good client connects and asks GetStatus four
+//! times a second, and the gateway process's resident memory is read at each phase's ends.
 
+mod grpc_raw;
 mod load;
+mod misbehave;
 mod phase;
 mod report;
 
@@ -24,7 +29,8 @@ use rtcell_gateway::listen::Addr;
 use rtcell_gateway::pb;
 
 use load::{LoadTally, load};
-use phase::Phase;
+use misbehave::{Hostile, Target, misbehave};
+use phase::{Phase, probe, rss_bytes};
 use report::report;
 
 /// What to run.
@@ -41,7 +47,29 @@ pub struct GatewayBenchConfig {
     pub scrape_every: Duration,
     /// The history the scenario run is recorded in (`None`: the default).
     pub history: Option<PathBuf>,
+    /// The misbehaving clients.
+    pub hostile: Hostile,
 }
+
+/// What disturbs a phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Disturb {
+    Idle,
+    Load,
+    Misbehave,
+}
+
+/// The phases in order: an idle phase on each side of each disturbing one.
+const PHASES: [(&str, Disturb); 5] = [
+    ("idle 1", Disturb::Idle),
+    ("loaded", Disturb::Load),
+    ("idle 2", Disturb::Idle),
+    ("misbehaving", Disturb::Misbehave),
+    ("idle 3", Disturb::Idle),
+];
+
+/// After the misbehaving clients are gone, the gateway's clean-up before the next phase is measured.
+const SETTLE: Duration = Duration::from_secs(1);
 
 struct ChildRun {
     child: Child,
@@ -70,10 +98,12 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
     let dir = out.join("gateway-run");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let sock_dir = tempfile_dir()?;
-    let sock = sock_dir.join("gw.sock");
-    // Idle, loaded, idle, plus the start and a margin at the end.
-    let total = cfg.phase * 3 + Duration::from_secs(4);
+    let state_dir = tempfile_dir()?;
+    let token = new_token()?;
+    let token_file = state_dir.join("token");
+    write_private(&token_file, &token)?;
+    // The phases, the settling pause, plus the start and a margin at the end.
+    let total = cfg.phase * PHASES.len() as u32 + SETTLE + Duration::from_secs(8);
     let mut child = Command::new(exe)
         .arg("run")
         .arg(&cfg.scenario)
@@ -82,7 +112,9 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
         .arg("--out")
         .arg(dir.join("scenario"))
         .arg("--serve")
-        .arg(&sock)
+        .arg("tcp://127.0.0.1:0")
+        .arg("--token-file")
+        .arg(&token_file)
         .arg("--metrics")
         .arg("127.0.0.1:0")
         .arg("--linger")
@@ -105,18 +137,20 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
     }
     let mut child = ChildRun { child, lines };
     let log = |c: &ChildRun| c.lines.lock().map(|l| l.join("\n")).unwrap_or_default();
-    // The metrics address, once announced.
+    // The gRPC and metrics addresses, once announced.
     let t0 = Instant::now();
-    let metrics = loop {
-        let found = child.lines.lock().ok().and_then(|l| {
-            l.iter().find_map(|x| {
+    let (grpc, metrics) = loop {
+        let found = child.lines.lock().ok().map(|l| {
+            let grpc = l.iter().find_map(|x| x.strip_prefix("gateway: gRPC on tcp://").and_then(|a| a.parse().ok()));
+            let metrics = l.iter().find_map(|x| {
                 x.strip_prefix("gateway: Prometheus metrics on http://")
                     .and_then(|r| r.strip_suffix("/metrics"))
                     .map(String::from)
-            })
+            });
+            (grpc, metrics)
         });
-        if let Some(m) = found {
-            break m;
+        if let Some((Some(g), Some(m))) = found {
+            break (g, m);
         }
         if let Ok(Some(st)) = child.child.try_wait() {
             return Err(format!("the scenario run ended ({st}) before serving:\n{}", log(&child)));
@@ -132,8 +166,10 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
         .build()
         .map_err(|e| format!("runtime: {e}"))?;
     let tally = Arc::new(LoadTally::default());
-    let conn = Connect { addr: Addr::Unix(sock.clone()), token: None, tls: None, timeout: Duration::from_secs(5) };
-    let phases = rt.block_on(drive(cfg, &conn, &metrics, Arc::clone(&tally)));
+    let hostile = Arc::new(misbehave::Tally::default());
+    let conn = Connect { addr: Addr::Tcp(grpc), token: Some(token), tls: None, timeout: Duration::from_secs(5) };
+    let pid = child.child.id();
+    let phases = rt.block_on(drive(cfg, &conn, &metrics, pid, Arc::clone(&tally), Arc::clone(&hostile)));
     let phases = match phases {
         Ok(p) => p,
         Err(e) => return Err(format!("{e}\n{}", log(&child))),
@@ -153,9 +189,9 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
         }
     });
     drop(child);
-    let _ = std::fs::remove_dir_all(&sock_dir);
+    let _ = std::fs::remove_dir_all(&state_dir);
     let scenario_doc = results?;
-    let mut run = report(cfg, &phases, &tally, &scenario_doc.path);
+    let mut run = report(cfg, &phases, &tally, &hostile, &scenario_doc.path);
     // Errors of the scenario itself (a task that faulted, a cell that died) fail the benchmark.
     let doc: serde_json::Value = serde_json::from_str(&scenario_doc.json).unwrap_or_default();
     let errors: Vec<String> = doc["warnings"]
@@ -168,6 +204,28 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
     Ok(run)
 }
 
+/// A bearer token for this run only: 32 hex digits from the kernel's random source.
+fn new_token() -> Result<String, String> {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Writes `text` to a new file only its owner may read.
+fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    writeln!(f, "{text}").map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn tempfile_dir() -> Result<PathBuf, String> {
     let d = std::env::temp_dir().join(format!("rtcell-gwbench-{}", std::process::id()));
     rtcell_gateway::listen::private_dir(&d)?;
@@ -178,28 +236,38 @@ async fn drive(
     cfg: &GatewayBenchConfig,
     conn: &Connect,
     metrics: &str,
+    pid: u32,
     tally: Arc<LoadTally>,
+    hostile: Arc<misbehave::Tally>,
 ) -> Result<Vec<Phase>, String> {
     let mut c = connect(conn).await?;
     // Wait for the release, then a second of warm-up.
     let t0 = Instant::now();
-    loop {
+    let signal = loop {
         let st = c.get_status(pb::GetStatusRequest {}).await.map_err(|s| s.message().to_string())?.into_inner();
         let run = st.run.unwrap_or_default();
         if run.state == "running" && run.elapsed_s > 1.0 {
             if !st.tasks.iter().any(|t| t.name == cfg.task) {
                 return Err(format!("the scenario has no task {:?}", cfg.task));
             }
-            if !st.signals.iter().any(|s| s.name == cfg.signal && s.writable) {
-                return Err(format!("the scenario has no writable signal {:?}", cfg.signal));
+            match st.signals.into_iter().find(|s| s.name == cfg.signal && s.writable) {
+                Some(s) => break s,
+                None => return Err(format!("the scenario has no writable signal {:?}", cfg.signal)),
             }
-            break;
         }
         if t0.elapsed() > Duration::from_secs(60) || !matches!(run.state.as_str(), "starting" | "running") {
             return Err(format!("the run did not start: {run:?}"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    let Addr::Tcp(addr) = conn.addr else { return Err("the misbehaving clients need the TCP listener".into()) };
+    let target = Target {
+        addr,
+        token: conn.token.clone().unwrap_or_default(),
+        signal: cfg.signal.clone(),
+        // Beyond the range (or, for a signal without one, not a number).
+        out_of_range: signal.max.map(|m| m + 1.0 + m.abs()).or(signal.min.map(|m| m - 1.0 - m.abs())).unwrap_or(f64::NAN),
+    };
     let snap = |c: &mut Client| {
         let mut c = c.clone();
         let task = cfg.task.clone();
@@ -212,21 +280,43 @@ async fn drive(
             s.tasks.into_iter().find(|t| t.name == task).ok_or_else(|| format!("no task {task:?} in the statistics"))
         }
     };
-    let s0 = snap(&mut c).await?;
-    eprintln!("gateway bench: idle phase ({:.0} s)", cfg.phase.as_secs_f64());
-    tokio::time::sleep(cfg.phase).await;
-    let s1 = snap(&mut c).await?;
-    eprintln!(
-        "gateway bench: loaded phase ({:.0} s): {} statistics reads/s, {} writes/s, a scrape every {:.0} s",
-        cfg.phase.as_secs_f64(),
-        cfg.reads_per_s,
-        cfg.writes_per_s,
-        cfg.scrape_every.as_secs_f64()
-    );
-    load(cfg, conn, metrics, Arc::clone(&tally)).await?;
-    let s2 = snap(&mut c).await?;
-    eprintln!("gateway bench: idle phase ({:.0} s)", cfg.phase.as_secs_f64());
-    tokio::time::sleep(cfg.phase).await;
-    let s3 = snap(&mut c).await?;
-    Ok(vec![Phase::between("idle 1", &s0, &s1), Phase::between("loaded", &s1, &s2), Phase::between("idle 2", &s2, &s3)])
+    let secs = cfg.phase.as_secs_f64();
+    let mut phases = Vec::new();
+    for (name, what) in PHASES {
+        match what {
+            Disturb::Idle => eprintln!("gateway bench: {name} phase ({secs:.0} s)"),
+            Disturb::Load => eprintln!(
+                "gateway bench: loaded phase ({secs:.0} s): {} statistics reads/s, {} writes/s, a scrape every {:.0} s",
+                cfg.reads_per_s,
+                cfg.writes_per_s,
+                cfg.scrape_every.as_secs_f64()
+            ),
+            Disturb::Misbehave => eprintln!(
+                "gateway bench: misbehaving phase ({secs:.0} s): {} idle sockets, {} unread streams at {} Hz, {} refused requests/s",
+                cfg.hostile.idle_sockets,
+                cfg.hostile.stream_conns * cfg.hostile.streams_per_conn,
+                cfg.hostile.stream_hz,
+                cfg.hostile.refused_per_s
+            ),
+        }
+        let rss0 = rss_bytes(pid);
+        let s0 = snap(&mut c).await?;
+        let end = tokio::time::Instant::now() + cfg.phase;
+        let good = tokio::spawn(probe(conn.clone(), end));
+        match what {
+            Disturb::Idle => tokio::time::sleep_until(end).await,
+            Disturb::Load => load(cfg, conn, metrics, Arc::clone(&tally)).await?,
+            Disturb::Misbehave => misbehave(&cfg.hostile, &target, end, Arc::clone(&hostile)).await?,
+        }
+        let s1 = snap(&mut c).await?;
+        let rss1 = rss_bytes(pid);
+        let mut p = Phase::between(name, &s0, &s1);
+        p.rss = (rss0, rss1);
+        p.probe = good.await.map_err(|e| format!("good client: {e}"))?;
+        phases.push(p);
+        if what == Disturb::Misbehave {
+            tokio::time::sleep(SETTLE).await;
+        }
+    }
+    Ok(phases)
 }

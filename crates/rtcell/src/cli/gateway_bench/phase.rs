@@ -1,5 +1,9 @@
-//! One phase's figures for the judged task, from its statistics at the phase's ends.
+//! One phase's figures: the judged task's, from its statistics at the phase's ends; the gateway
+//! process's resident memory at both ends; a good client's GetStatus times during the phase.
 
+use std::time::{Duration, Instant};
+
+use rtcell_gateway::client::{Connect, connect};
 use rtcell_gateway::pb;
 
 /// One phase's figures for the judged task.
@@ -12,6 +16,9 @@ pub struct Phase {
     buckets: Vec<u64>,
     overflow: u64,
     bucket_ns: u64,
+    /// Resident memory of the gateway's process (bytes) at the phase's start and end.
+    pub rss: (Option<u64>, Option<u64>),
+    pub probe: Probe,
 }
 
 impl Phase {
@@ -30,6 +37,7 @@ impl Phase {
             buckets,
             overflow: hb.overflow.saturating_sub(ha.overflow),
             bucket_ns: hb.bucket_ns,
+            ..Phase::default()
         }
     }
 
@@ -59,4 +67,54 @@ impl Phase {
         }
         self.buckets.len() as f64 * self.bucket_ns as f64 / 1e3
     }
+}
+
+/// A good client during a phase: a new connection and a GetStatus every [`PROBE_EVERY`].
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    /// Connection and answer, ns.
+    pub ns: Vec<f64>,
+    pub failed: u64,
+    pub first_error: Option<String>,
+}
+
+pub const PROBE_EVERY: Duration = Duration::from_millis(250);
+
+/// Probes until `end`; a probe that is not answered within the connection's timeout fails.
+pub async fn probe(conn: Connect, end: tokio::time::Instant) -> Probe {
+    let mut p = Probe::default();
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while tokio::time::Instant::now() < end {
+        tick.tick().await;
+        let t0 = Instant::now();
+        let once = async {
+            let mut c = connect(&conn).await?;
+            c.get_status(pb::GetStatusRequest {})
+                .await
+                .map_err(|s| format!("GetStatus: {}", rtcell_host::peer_text::peer_text(s.message().as_bytes(), 200)))
+        };
+        match tokio::time::timeout(conn.timeout, once).await {
+            Ok(Ok(_)) => p.ns.push(t0.elapsed().as_nanos() as f64),
+            Ok(Err(e)) => p.fail(e),
+            Err(_) => p.fail(format!("no answer in {:.0} s", conn.timeout.as_secs_f64())),
+        }
+    }
+    p
+}
+
+impl Probe {
+    fn fail(&mut self, e: String) {
+        self.failed += 1;
+        self.first_error.get_or_insert(e);
+    }
+}
+
+/// Resident memory of process `pid` (bytes), from /proc/PID/statm.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok().filter(|p| *p > 0)?)
 }
