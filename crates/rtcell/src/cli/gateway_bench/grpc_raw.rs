@@ -27,8 +27,8 @@ impl Drop for H2 {
 
 /// A TCP connection from `from` (port chosen by the kernel) to `to`.
 pub async fn tcp_from(from: IpAddr, to: SocketAddr) -> Result<TcpStream, String> {
-    let s = if from.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }
-        .map_err(|e| format!("socket: {e}"))?;
+    let s =
+        if from.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(|e| format!("socket: {e}"))?;
     s.bind(SocketAddr::new(from, 0)).map_err(|e| format!("cannot bind {from}: {e}"))?;
     match tokio::time::timeout(TIMEOUT, s.connect(to)).await {
         Ok(Ok(c)) => Ok(c),
@@ -54,7 +54,12 @@ impl H2 {
 
     /// Sends one request of gRPC method `path` carrying `msg` (an encoded message) with the bearer
     /// `token`; returns the response head and its body.
-    pub async fn open(&mut self, path: &str, token: &str, msg: &[u8]) -> Result<http::Response<h2::RecvStream>, String> {
+    pub async fn open(
+        &mut self,
+        path: &str,
+        token: &str,
+        msg: &[u8],
+    ) -> Result<http::Response<h2::RecvStream>, String> {
         let req = http::Request::builder()
             .method("POST")
             .uri(format!("http://{}{path}", self.to))

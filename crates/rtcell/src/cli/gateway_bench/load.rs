@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rtcell_gateway::client::{Connect, connect};
 use rtcell_gateway::pb;
+use rtcell_host::peer_text;
 
 use super::GatewayBenchConfig;
 
@@ -68,7 +69,7 @@ pub async fn load(
                         }
                         Err(s) => {
                             t.read_fail.fetch_add(1, Ordering::Relaxed);
-                            t.error(format!("statistics read: {}", s.message()));
+                            t.error(format!("statistics read: {}", peer_text(s.message().as_bytes(), 200)));
                         }
                     }
                 });
@@ -116,7 +117,7 @@ pub async fn load(
                         t.error(format!(
                             "write {v}: {}: {}",
                             rtcell_gateway::metrics::code_name(s.code()),
-                            s.message()
+                            peer_text(s.message().as_bytes(), 200)
                         ));
                     }
                 }

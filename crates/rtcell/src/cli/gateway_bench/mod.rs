@@ -266,7 +266,11 @@ async fn drive(
         token: conn.token.clone().unwrap_or_default(),
         signal: cfg.signal.clone(),
         // Beyond the range (or, for a signal without one, not a number).
-        out_of_range: signal.max.map(|m| m + 1.0 + m.abs()).or(signal.min.map(|m| m - 1.0 - m.abs())).unwrap_or(f64::NAN),
+        out_of_range: signal
+            .max
+            .map(|m| m + 1.0 + m.abs())
+            .or(signal.min.map(|m| m - 1.0 - m.abs()))
+            .unwrap_or(f64::NAN),
     };
     let snap = |c: &mut Client| {
         let mut c = c.clone();

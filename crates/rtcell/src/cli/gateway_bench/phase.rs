@@ -92,7 +92,7 @@ pub async fn probe(conn: Connect, end: tokio::time::Instant) -> Probe {
             let mut c = connect(&conn).await?;
             c.get_status(pb::GetStatusRequest {})
                 .await
-                .map_err(|s| format!("GetStatus: {}", rtcell_host::peer_text::peer_text(s.message().as_bytes(), 200)))
+                .map_err(|s| format!("GetStatus: {}", rtcell_host::peer_text(s.message().as_bytes(), 200)))
         };
         match tokio::time::timeout(conn.timeout, once).await {
             Ok(Ok(_)) => p.ns.push(t0.elapsed().as_nanos() as f64),

@@ -192,7 +192,10 @@ pub fn report(
             ));
         }
         if let Some(e) = &p.probe.first_error {
-            warnings.push(format!("a good client during the {} phase: {} probes failed, the first: {e}", p.name, p.probe.failed));
+            warnings.push(format!(
+                "a good client during the {} phase: {} probes failed, the first: {e}",
+                p.name, p.probe.failed
+            ));
         }
         verdicts.insert(p.name.to_string(), serde_json::json!({ "latency_p999_us": l.json(), "overruns": o.json() }));
     }
