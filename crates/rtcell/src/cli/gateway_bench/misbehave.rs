@@ -198,13 +198,8 @@ async fn unread_streams(h: Hostile, to: SocketAddr, token: String, end: Instant,
         watchers.spawn(async move {
             // Data frames are taken from the connection only to see the end; their window is never
             // released, so after 64 KiB the gateway can send nothing more on this stream.
-            loop {
-                match body.data().await {
-                    Some(Ok(d)) => {
-                        t2.stream_bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
-                    }
-                    Some(Err(_)) | None => break,
-                }
+            while let Some(Ok(d)) = body.data().await {
+                t2.stream_bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
             }
             t2.streams_ended.fetch_add(1, Ordering::Relaxed);
         });
