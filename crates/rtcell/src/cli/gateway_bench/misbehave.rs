@@ -5,7 +5,8 @@
 //! - idle sockets: as many as the gateway's connection cap, never sending a byte; each is opened again
 //!   [`REOPEN_AFTER`] after the gateway closes it;
 //! - unread streams: connections each opening many StreamStats at 100 Hz with every bucket, whose
-//!   flow-control window is never given back (the gateway sees clients that do not read);
+//!   flow-control window is never given back (the gateway sees clients that do not read); a connection
+//!   whose streams the gateway ended is replaced by a new one;
 //! - refused requests at a steady rate: a wrong token, a message that does not decode, an unknown
 //!   signal, an out-of-range write, in turn.
 
@@ -163,29 +164,37 @@ async fn idle_socket(to: SocketAddr, end: Instant, t: Arc<Tally>) {
     }
 }
 
-/// One connection opening `streams_per_conn` StreamStats it never reads.
+/// Connections each opening `streams_per_conn` StreamStats it never reads, one after the other: when
+/// the gateway has ended all the streams of one (or closed it), the next [`REOPEN_AFTER`] later.
 async fn unread_streams(h: Hostile, to: SocketAddr, token: String, end: Instant, t: Arc<Tally>) {
-    let mut c = match H2::connect(STREAMS_FROM, to).await {
-        Ok(c) => c,
-        Err(e) => {
-            t.streams_refused.fetch_add(h.streams_per_conn as u64, Ordering::Relaxed);
+    while Instant::now() < end {
+        if let Err(e) = stream_conn(&h, to, &token, end, &t).await {
             t.error(format!("unread streams: {e}"));
-            return;
         }
-    };
+        tokio::time::sleep_until((Instant::now() + REOPEN_AFTER).min(end)).await;
+    }
+}
+
+/// One connection of unread streams, until its streams have ended or the phase has.
+async fn stream_conn(h: &Hostile, to: SocketAddr, token: &str, end: Instant, t: &Arc<Tally>) -> Result<(), String> {
+    let mut c = H2::connect(STREAMS_FROM, to).await.inspect_err(|_| {
+        t.streams_refused.fetch_add(h.streams_per_conn as u64, Ordering::Relaxed);
+    })?;
     t.stream_conns.fetch_add(1, Ordering::Relaxed);
     let req = pb::StreamStatsRequest { rate_hz: h.stream_hz, count: 0, buckets: true }.encode_to_vec();
     let mut watchers = tokio::task::JoinSet::new();
+    let mut failed = None;
     for _ in 0..h.streams_per_conn {
         if Instant::now() >= end {
             break;
         }
-        let resp = match c.open("/rtcell.v1.Gateway/StreamStats", &token, &req).await {
+        let resp = match c.open("/rtcell.v1.Gateway/StreamStats", token, &req).await {
             Ok(r) => r,
             Err(e) => {
+                // The connection is gone or full: no more streams on it.
                 t.streams_refused.fetch_add(1, Ordering::Relaxed);
-                t.error(format!("unread streams: {e}"));
-                continue;
+                failed = Some(e);
+                break;
             }
         };
         if resp.status() != http::StatusCode::OK || grpc_status(resp.headers()).is_some() {
@@ -194,24 +203,21 @@ async fn unread_streams(h: Hostile, to: SocketAddr, token: String, end: Instant,
         }
         t.streams_opened.fetch_add(1, Ordering::Relaxed);
         let mut body = resp.into_body();
-        let t2 = Arc::clone(&t);
+        let t2 = Arc::clone(t);
         watchers.spawn(async move {
-            // Data frames are taken from the connection only to see the end; their window is never
-            // released, so after 64 KiB the gateway can send nothing more on this stream.
+            // Data frames are taken from the connection only to see the end; their window (and the
+            // connection's, 64 KiB) is never released, so the gateway soon can send nothing more.
             while let Some(Ok(d)) = body.data().await {
                 t2.stream_bytes.fetch_add(d.len() as u64, Ordering::Relaxed);
             }
             t2.streams_ended.fetch_add(1, Ordering::Relaxed);
         });
     }
-    // Until the end of the phase; then the streams and the connection are dropped.
-    let _ = tokio::time::timeout_at(end, async {
-        while watchers.join_next().await.is_some() {}
-        std::future::pending::<()>().await
-    })
-    .await;
+    // Until every stream has ended or the phase has; then the streams and the connection are dropped.
+    let _ = tokio::time::timeout_at(end, async { while watchers.join_next().await.is_some() {} }).await;
     watchers.abort_all();
     drop(c);
+    failed.map_or(Ok(()), Err)
 }
 
 /// Requests the gateway must refuse, at `per_s`, in turn.

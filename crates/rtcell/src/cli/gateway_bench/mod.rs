@@ -170,13 +170,18 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
     let conn = Connect { addr: Addr::Tcp(grpc), token: Some(token), tls: None, timeout: Duration::from_secs(5) };
     let pid = child.child.id();
     let phases = rt.block_on(drive(cfg, &conn, &metrics, pid, Arc::clone(&tally), Arc::clone(&hostile)));
-    let phases = match phases {
+    let (phases, stopped) = match phases {
         Ok(p) => p,
         Err(e) => return Err(format!("{e}\n{}", log(&child))),
     };
     // The run's own results (the scenario's document), then let it go.
     let results = rt.block_on(async {
         let mut c = connect(&conn).await?;
+        if stopped {
+            c.stop_scenario(pb::StopScenarioRequest::default())
+                .await
+                .map_err(|s| format!("stopping the run: {}", rtcell_host::peer_text(s.message().as_bytes(), 200)))?;
+        }
         let t0 = Instant::now();
         loop {
             match c.get_results(pb::GetResultsRequest::default()).await {
@@ -184,7 +189,7 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
                 Err(s) if s.code() == tonic::Code::Unavailable && t0.elapsed() < Duration::from_secs(60) => {
                     tokio::time::sleep(Duration::from_millis(200)).await
                 }
-                Err(s) => return Err(format!("results: {}", s.message())),
+                Err(s) => return Err(format!("results: {}", rtcell_host::peer_text(s.message().as_bytes(), 200))),
             }
         }
     });
@@ -192,6 +197,7 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
     let _ = std::fs::remove_dir_all(&state_dir);
     let scenario_doc = results?;
     let mut run = report(cfg, &phases, &tally, &hostile, &scenario_doc.path);
+    run.incomplete = stopped;
     // Errors of the scenario itself (a task that faulted, a cell that died) fail the benchmark.
     let doc: serde_json::Value = serde_json::from_str(&scenario_doc.json).unwrap_or_default();
     let errors: Vec<String> = doc["warnings"]
@@ -239,7 +245,7 @@ async fn drive(
     pid: u32,
     tally: Arc<LoadTally>,
     hostile: Arc<misbehave::Tally>,
-) -> Result<Vec<Phase>, String> {
+) -> Result<(Vec<Phase>, bool), String> {
     let mut c = connect(conn).await?;
     // Wait for the release, then a second of warm-up.
     let t0 = Instant::now();
@@ -307,10 +313,21 @@ async fn drive(
         let s0 = snap(&mut c).await?;
         let end = tokio::time::Instant::now() + cfg.phase;
         let good = tokio::spawn(probe(conn.clone(), end));
-        match what {
-            Disturb::Idle => tokio::time::sleep_until(end).await,
-            Disturb::Load => load(cfg, conn, metrics, Arc::clone(&tally)).await?,
-            Disturb::Misbehave => misbehave(&cfg.hostile, &target, end, Arc::clone(&hostile)).await?,
+        let work = async {
+            match what {
+                Disturb::Idle => tokio::time::sleep_until(end).await,
+                Disturb::Load => load(cfg, conn, metrics, Arc::clone(&tally)).await?,
+                Disturb::Misbehave => misbehave(&cfg.hostile, &target, end, Arc::clone(&hostile)).await?,
+            }
+            Ok::<(), String>(())
+        };
+        tokio::select! {
+            r = work => r?,
+            _ = stop_asked() => {
+                // Ctrl-C or SIGTERM: the phases measured so far are reported, marked incomplete.
+                good.abort();
+                return Ok((phases, true));
+            }
         }
         let s1 = snap(&mut c).await?;
         let rss1 = rss_bytes(pid);
@@ -322,5 +339,12 @@ async fn drive(
             tokio::time::sleep(SETTLE).await;
         }
     }
-    Ok(phases)
+    Ok((phases, false))
+}
+
+/// Resolves once Ctrl-C or SIGTERM asked the benchmark to stop.
+async fn stop_asked() {
+    while !rtcell_bench::stop_requested() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
