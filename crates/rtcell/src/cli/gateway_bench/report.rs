@@ -156,6 +156,50 @@ pub fn report(
     text.push_str(&hostile_line(&cfg.hostile, h));
 
     let mut warnings = Vec::new();
+    let mut verdicts = verdicts(phases, &mut text, &mut warnings);
+    text.push_str(&format!(
+        "Writes: {}\n",
+        if bad == 0 { "none lost or misapplied" } else { "SOME LOST OR MISAPPLIED" }
+    ));
+    text.push_str(&format!("The scenario's own results: {scenario_results}\n"));
+    if let Ok(Some(e)) = t.first_error.lock().map(|e| e.clone()) {
+        warnings.push(format!("first load error: {e}"));
+    }
+    if accepted > 0 {
+        warnings.push(format!("the gateway accepted {accepted} requests it must refuse"));
+    }
+    verdicts.insert("writes_bad".into(), bad.into());
+    let config = serde_json::json!({
+        "scenario": cfg.scenario.display().to_string(),
+        "task": cfg.task,
+        "signal": cfg.signal,
+        "phase_s": cfg.phase.as_secs_f64(),
+        "reads_per_s": cfg.reads_per_s,
+        "writes_per_s": cfg.writes_per_s,
+        "scrape_every_s": cfg.scrape_every.as_secs_f64(),
+        "transport": "tcp loopback, bearer token",
+        "phases": phases_json,
+        "misbehaving": hostile_json,
+        "verdict": verdicts,
+        "scenario_results": scenario_results,
+    });
+    SuiteRun {
+        suite: Suite { suite: "gateway".into(), config, series },
+        text,
+        warnings,
+        incomplete: false,
+        errors: bad + t.read_fail.load(Ordering::Relaxed) + t.scrape_fail.load(Ordering::Relaxed) + accepted,
+        failure: None,
+    }
+}
+
+/// The verdict line of each disturbing phase against the idle phases around it (text, warnings, and
+/// the document's object by phase).
+fn verdicts(
+    phases: &[Phase],
+    text: &mut String,
+    warnings: &mut Vec<String>,
+) -> serde_json::Map<String, serde_json::Value> {
     let mut verdicts = serde_json::Map::new();
     for i in 1..phases.len().saturating_sub(1) {
         if PHASES.get(i).is_none_or(|(_, d)| *d == super::Disturb::Idle) {
@@ -199,40 +243,7 @@ pub fn report(
         }
         verdicts.insert(p.name.to_string(), serde_json::json!({ "latency_p999_us": l.json(), "overruns": o.json() }));
     }
-    text.push_str(&format!(
-        "Writes: {}\n",
-        if bad == 0 { "none lost or misapplied" } else { "SOME LOST OR MISAPPLIED" }
-    ));
-    text.push_str(&format!("The scenario's own results: {scenario_results}\n"));
-    if let Ok(Some(e)) = t.first_error.lock().map(|e| e.clone()) {
-        warnings.push(format!("first load error: {e}"));
-    }
-    if accepted > 0 {
-        warnings.push(format!("the gateway accepted {accepted} requests it must refuse"));
-    }
-    verdicts.insert("writes_bad".into(), bad.into());
-    let config = serde_json::json!({
-        "scenario": cfg.scenario.display().to_string(),
-        "task": cfg.task,
-        "signal": cfg.signal,
-        "phase_s": cfg.phase.as_secs_f64(),
-        "reads_per_s": cfg.reads_per_s,
-        "writes_per_s": cfg.writes_per_s,
-        "scrape_every_s": cfg.scrape_every.as_secs_f64(),
-        "transport": "tcp loopback, bearer token",
-        "phases": phases_json,
-        "misbehaving": hostile_json,
-        "verdict": verdicts,
-        "scenario_results": scenario_results,
-    });
-    SuiteRun {
-        suite: Suite { suite: "gateway".into(), config, series },
-        text,
-        warnings,
-        incomplete: false,
-        errors: bad + t.read_fail.load(Ordering::Relaxed) + t.scrape_fail.load(Ordering::Relaxed) + accepted,
-        failure: None,
-    }
+    verdicts
 }
 
 /// The loaded phase's tally and round trips.
