@@ -336,9 +336,12 @@ enum Suite {
         common: Common,
     },
     /// Does the gateway disturb the real-time side? A scenario (default examples/offload.toml) runs
-    /// with its gateway through three phases: idle, loaded (statistics reads, signal writes, Prometheus
-    /// scrapes), idle; the task's latency p99.9 and overruns in the loaded phase are compared with the
-    /// noise between the idle ones, and every write's acknowledgement is checked.
+    /// with its gateway (TCP loopback, a bearer token) through five phases: idle, loaded (statistics
+    /// reads, signal writes, Prometheus scrapes), idle, misbehaving (idle sockets up to the connection
+    /// cap, unread statistics streams, requests that must be refused), idle; the task's latency p99.9
+    /// and overruns in each disturbing phase are compared with the noise between the idle phases around
+    /// it, every write's acknowledgement is checked, and the gateway's memory and a good client's
+    /// GetStatus time are shown per phase.
     #[command(
         after_help = "Examples:\n  rtcell bench gateway\n  rtcell bench gateway --quick\n  rtcell bench gateway --phase 5m --reads 2000"
     )]
@@ -638,6 +641,7 @@ fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static 
                 writes_per_s: writes,
                 scrape_every: std::time::Duration::from_secs(1),
                 history: common.history.path.clone(),
+                hostile: Default::default(),
             };
             ("gateway", common, Plan::Gateway(cfg))
         }
