@@ -193,6 +193,14 @@ impl Stream for Snapshots {
 
 impl Drop for Snapshots {
     fn drop(&mut self) {
+        // Ended before its last snapshot (the client left, or its connection was closed): the snapshots
+        // due since it was last asked were not sent either.
+        if !self.done {
+            let due =
+                (Instant::now().duration_since(self.shared.start).as_nanos() / self.period.as_nanos().max(1)) as u64;
+            let missed = due.saturating_sub(self.next_index);
+            self.g.counters.streams.dropped_samples.fetch_add(missed, Ordering::Relaxed);
+        }
         self.shared.gone.notify_one();
     }
 }

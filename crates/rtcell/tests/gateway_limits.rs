@@ -311,3 +311,132 @@ fn idle_unix_connections_are_closed_after_the_deadline_and_a_client_is_then_serv
         assert!(closed("listener_full") >= Some(1.0), "the client's first tries found the listener full: {text}");
     });
 }
+
+/// A cell task at 1 kHz and a Linux-side task: histograms with buckets to stream.
+const SCENARIO: &str = r#"
+name = "limits"
+duration_s = 120
+
+[cells.plc]
+kind = "thread"
+cpu = 1
+
+[signals.out]
+values = 1
+
+[tasks.high]
+cell = "plc"
+period_us = 1000
+priority = 80
+workload = { kind = "spin", us = 5 }
+output = "out"
+
+[tasks.side]
+cell = "linux"
+period_us = 2000
+priority = 70
+workload = { kind = "spin", us = 5 }
+"#;
+
+/// Bound on the gateway's resident memory growth with every stream the caps allow open and unread:
+/// the old gateway grew by about 1.7 MB per such stream.
+const UNREAD_GROWTH_BOUND: u64 = 64 << 20;
+
+#[test]
+fn unread_statistics_streams_keep_the_gateways_memory_bounded_and_are_ended() {
+    use rtcell_gateway::streams::{MAX_OPEN_STREAMS, STALL_DEADLINE};
+    let _cpu = common::serial();
+    let dir = private_dir();
+    let file = dir.path().join("limits.toml");
+    std::fs::write(&file, SCENARIO).unwrap();
+    let sock = dir.path().join("gw.sock");
+    let args: Vec<String> = [
+        "run",
+        file.to_str().unwrap(),
+        "--out",
+        dir.path().join("out").to_str().unwrap(),
+        "--serve",
+        sock.to_str().unwrap(),
+        "--linger",
+        "1s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let s = Served::start(&args, 1, dir);
+    let addr = s.grpc("unix:");
+    rt().block_on(async {
+        let mut c = connect(&client(&addr, None, None)).await.unwrap();
+        let t0 = Instant::now();
+        let one = loop {
+            let st = c.get_stats(pb::GetStatsRequest { buckets: true }).await.unwrap().into_inner();
+            if st.elapsed_s > 0.5 {
+                break st;
+            }
+            assert!(t0.elapsed() < PATIENCE, "the run did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let buckets: usize = one
+            .tasks
+            .iter()
+            .flat_map(|t| [&t.latency, &t.exec])
+            .map(|h| h.as_ref().map_or(0, |h| h.buckets.len()))
+            .sum();
+        let rss0 = s.rss();
+        // Every stream the caps allow, 32 to a connection, at 100 Hz with buckets, never read.
+        let per_conn = 32;
+        let mut unread = Vec::new();
+        let mut conns = Vec::new();
+        for _ in 0..MAX_OPEN_STREAMS / per_conn {
+            let mut u = connect(&client(&addr, None, None)).await.unwrap();
+            for _ in 0..per_conn {
+                let req = pb::StreamStatsRequest { rate_hz: 100.0, count: 0, buckets: true };
+                unread.push(u.stream_stats(req).await.expect("a stream within the caps opens").into_inner());
+            }
+            conns.push(u);
+        }
+        // One more is refused, on a connection of its own.
+        let mut extra = connect(&client(&addr, None, None)).await.unwrap();
+        let e = extra.stream_stats(pb::StreamStatsRequest { rate_hz: 100.0, count: 0, buckets: true }).await;
+        assert_eq!(e.err().map(|e| e.code()), Some(tonic::Code::ResourceExhausted), "stream {} beyond the cap", MAX_OPEN_STREAMS + 1);
+        // Hold them past the stall deadline, watching the gateway's memory; a normal client is answered.
+        let mut peak = rss0;
+        let hold = STALL_DEADLINE + Duration::from_secs(5);
+        let t0 = Instant::now();
+        while t0.elapsed() < hold {
+            peak = peak.max(s.rss());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        c.get_status(pb::GetStatusRequest {}).await.expect("a normal client is answered");
+        let mut read = c
+            .stream_stats(pb::StreamStatsRequest { rate_hz: 20.0, count: 3, buckets: true })
+            .await
+            .expect("a stream opens once the unread ones are ended")
+            .into_inner();
+        let mut n = 0;
+        while let Some(x) = read.message().await.unwrap() {
+            assert_eq!(x.dropped_samples, 0, "a client that reads loses nothing");
+            n += 1;
+        }
+        assert_eq!(n, 3);
+        let text = metrics_of(&mut c).await;
+        let growth = peak.saturating_sub(rss0);
+        eprintln!(
+            "{} unread streams of snapshots with {buckets} buckets at 100 Hz for {hold:?}: gateway RSS {} MiB -> peak {} MiB (+{} MiB)",
+            unread.len(),
+            rss0 >> 20,
+            peak >> 20,
+            growth >> 20
+        );
+        assert!(growth < UNREAD_GROWTH_BOUND, "the gateway grew by {} MiB with unread streams", growth >> 20);
+        let v = |series: &str| metric(&text, series).unwrap_or(0.0);
+        assert!(v("rtcell_gateway_streams_ended_total{reason=\"stalled\"}") >= 1.0, "{text}");
+        assert!(v("rtcell_gateway_connections_closed_total{reason=\"stalled_stream\"}") >= 1.0, "{text}");
+        assert!(v("rtcell_gateway_stream_dropped_samples_total") >= 1.0, "{text}");
+        assert!(v("rtcell_gateway_streams_refused_total") >= 1.0, "{text}");
+        assert!(v("rtcell_gateway_memory_budget_bytes") > 0.0, "{text}");
+        assert!(v("rtcell_gateway_resident_memory_bytes") > 0.0, "{text}");
+        drop(unread);
+        drop(conns);
+    });
+}
