@@ -61,11 +61,11 @@ impl StreamCounters {
     }
 }
 
+/// The stream StreamStats answers with.
+pub type StatsStream = Pin<Box<dyn Stream<Item = Result<pb::Stats, Status>> + Send>>;
+
 /// The StreamStats call: checks the request and the caps, and returns the stream.
-pub fn stream_stats(
-    g: Arc<Gateway>,
-    req: Request<pb::StreamStatsRequest>,
-) -> Result<Pin<Box<dyn Stream<Item = Result<pb::Stats, Status>> + Send>>, Status> {
+pub fn stream_stats(g: Arc<Gateway>, req: Request<pb::StreamStatsRequest>) -> Result<StatsStream, Status> {
     let conn = req.extensions().get::<Conn>().cloned();
     let r = req.into_inner();
     let rate = if r.rate_hz == 0.0 { 1.0 } else { r.rate_hz };

@@ -31,7 +31,8 @@ const PATIENCE: Duration = Duration::from_secs(40);
 struct Served {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
-    dir: tempfile::TempDir,
+    /// Kept until the gateway is gone: its socket, state and results are in it.
+    _dir: tempfile::TempDir,
 }
 
 impl Served {
@@ -47,7 +48,7 @@ impl Served {
                 l2.lock().unwrap().push(line);
             }
         });
-        let mut s = Served { child, lines, dir };
+        let mut s = Served { child, lines, _dir: dir };
         let t0 = Instant::now();
         while s.listeners().len() < want {
             if let Ok(Some(st)) = s.child.try_wait() {
