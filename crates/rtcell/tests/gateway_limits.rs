@@ -360,6 +360,8 @@ fn unread_statistics_streams_keep_the_gateways_memory_bounded_and_are_ended() {
         sock.to_str().unwrap(),
         "--linger",
         "1s",
+        "--metrics",
+        "127.0.0.1:0",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -440,4 +442,61 @@ fn unread_statistics_streams_keep_the_gateways_memory_bounded_and_are_ended() {
         drop(unread);
         drop(conns);
     });
+    // /metrics over HTTP runs on a blocking thread of the gateway's runtime: then every thread of it
+    // (workers and blocking ones) time-shares, on CPUs other than the cell's.
+    http_metrics(&s);
+    let threads = gateway_threads(s.child.id());
+    assert!(threads.len() >= 3, "the runtime's workers and a blocking thread: {threads:?}");
+    for (tid, policy, cpus) in &threads {
+        assert_eq!(*policy, libc::SCHED_OTHER as u32, "gateway thread {tid} is not at normal priority");
+        assert!(!cpus.contains(&1), "gateway thread {tid} may run on the cell's CPU 1: {cpus:?}");
+    }
+}
+
+/// One GET of the gateway's `/metrics`.
+fn http_metrics(s: &Served) {
+    use std::io::{Read, Write};
+    let url = {
+        let lines = s.lines.lock().unwrap();
+        lines.iter().find_map(|l| l.strip_prefix("gateway: Prometheus metrics on http://").map(String::from))
+    };
+    let url = url.expect("metrics announced");
+    let host = url.split('/').next().unwrap();
+    let mut c = std::net::TcpStream::connect(host).unwrap();
+    write!(c, "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+}
+
+/// (thread id, scheduling policy, allowed CPUs) of each thread of `pid` named `rtcell-gateway`.
+fn gateway_threads(pid: u32) -> Vec<(String, u32, Vec<usize>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().map_while(Result::ok) {
+        let dir = e.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != "rtcell-gateway" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
+        // Fields after the command's closing parenthesis; the policy is field 41 of the whole line.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let policy: u32 = rest.split_whitespace().nth(41 - 3).unwrap().parse().unwrap();
+        let status = std::fs::read_to_string(dir.join("status")).unwrap();
+        let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
+        out.push((e.file_name().to_string_lossy().into_owned(), policy, cpu_list(&list)));
+    }
+    out
+}
+
+/// `0-2,5` as [0, 1, 2, 5].
+fn cpu_list(s: &str) -> Vec<usize> {
+    let mut v = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => v.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()),
+            None => v.push(part.parse().unwrap()),
+        }
+    }
+    v
 }
