@@ -422,6 +422,23 @@ fn unread_statistics_streams_keep_the_gateways_memory_bounded_and_are_ended() {
             n += 1;
         }
         assert_eq!(n, 3);
+        // A client that pauses (its flow-control window fills within the pause) loses snapshots and is
+        // told how many in the messages after it.
+        let mut slow = c
+            .stream_stats(pb::StreamStatsRequest { rate_hz: 100.0, count: 0, buckets: true })
+            .await
+            .unwrap()
+            .into_inner();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut told = 0;
+        for _ in 0..400 {
+            told = slow.message().await.unwrap().expect("the stream goes on").dropped_samples;
+            if told > 0 {
+                break;
+            }
+        }
+        assert!(told > 0, "a client that paused for 2 s at 100 Hz was not told of dropped snapshots");
+        drop(slow);
         let text = metrics_of(&mut c).await;
         let growth = peak.saturating_sub(rss0);
         eprintln!(
