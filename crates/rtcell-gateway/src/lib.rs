@@ -5,11 +5,14 @@
 //! - [`write`]: writes to `writable` signals, confirmed by the acknowledgement of the task reading them;
 //! - [`deploy`]: payload ELFs checked, stored under their hash and started in new kvm cells;
 //! - [`security`]: bearer tokens, client identity, rate limits, the audit log;
-//! - [`listen`]: the Unix socket (0600, private directory) and TCP listeners, the connection cap;
+//! - [`listen`]: the Unix socket (0600, private directory) and TCP listeners, the connection caps;
+//! - [`conn`]: each connection's guard (deadline for its first authenticated request, cap per address);
+//! - [`streams`]: statistics streams with bounded memory (dropped samples, stall deadline, cap);
 //! - [`metrics`]: the Prometheus text exposition;
 //! - [`server`]: listeners, TLS and limits put together; [`client`]: connecting as `rtcell ctl` does.
 
 pub mod client;
+pub mod conn;
 pub mod deploy;
 pub mod listen;
 pub mod metrics;
@@ -19,6 +22,7 @@ pub mod security;
 pub mod server;
 pub mod service;
 pub mod snapshot;
+pub mod streams;
 pub mod write;
 
 /// The generated messages and services of package `rtcell.v1`.

@@ -1,16 +1,14 @@
-//! Where the gateway listens: a Unix socket (default) or TCP, and the cap on open connections.
+//! Where the gateway listens: a Unix socket (default) or TCP, and the caps on open connections.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tonic::transport::server::Connected;
+use tokio::sync::Semaphore;
+
+use crate::conn::{Conns, Guarded};
 
 /// A listening address as given on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,87 +119,61 @@ pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, String> {
     Ok(l)
 }
 
-/// An accepted connection holding its place among the allowed open connections.
-pub struct Capped<S> {
-    io: S,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl<S: Connected> Connected for Capped<S> {
-    type ConnectInfo = S::ConnectInfo;
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Capped<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Capped<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
-
 /// A listener the connection cap can drive.
 pub trait Accept: Send + 'static {
     type Io: Send + 'static;
-    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<Self::Io>> + Send;
+    /// A connection and its peer's address (TCP; `None` for a Unix socket).
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<(Self::Io, Option<SocketAddr>)>> + Send;
 }
 
 impl Accept for tokio::net::UnixListener {
     type Io = tokio::net::UnixStream;
-    async fn accept_one(&self) -> std::io::Result<Self::Io> {
-        self.accept().await.map(|(s, _)| s)
+    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<SocketAddr>)> {
+        self.accept().await.map(|(s, _)| (s, None))
     }
 }
 
 impl Accept for tokio::net::TcpListener {
     type Io = tokio::net::TcpStream;
-    async fn accept_one(&self) -> std::io::Result<Self::Io> {
-        let (s, _) = self.accept().await?;
+    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<SocketAddr>)> {
+        let (s, peer) = self.accept().await?;
         let _ = s.set_nodelay(true);
-        Ok(s)
+        Ok((s, Some(peer)))
     }
 }
 
-/// Accepts connections from `l` while fewer than `max` are open; beyond that a new connection is
-/// closed at once and counted in `refused` (a flood of connections cannot exhaust the daemon).
+/// Accepts connections from `l` while fewer than `max` are open, and fewer than
+/// [`MAX_CONNECTIONS_PER_ADDRESS`](crate::conn::MAX_CONNECTIONS_PER_ADDRESS) from the peer's address;
+/// beyond that a new connection is closed at once and counted in `refused` and by reason (a flood of
+/// connections cannot exhaust the daemon). Each connection is [guarded](crate::conn::Guarded).
 pub fn capped<L: Accept>(
     l: L,
     max: usize,
     refused: Arc<AtomicU64>,
-) -> impl tokio_stream::Stream<Item = std::io::Result<Capped<L::Io>>> {
+    conns: Arc<Conns>,
+) -> impl tokio_stream::Stream<Item = std::io::Result<Guarded<L::Io>>> {
     let sem = Arc::new(Semaphore::new(max));
     async_stream(move |tx| async move {
         loop {
-            let io = match l.accept_one().await {
-                Ok(io) => io,
+            let (io, peer) = match l.accept_one().await {
+                Ok(c) => c,
                 // A failed accept (EMFILE, a reset before accept) must not end the server.
                 Err(_) => {
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     continue;
                 }
             };
-            match Arc::clone(&sem).try_acquire_owned() {
-                Ok(permit) => {
-                    if tx.send(Ok(Capped { io, _permit: permit })).await.is_err() {
-                        return;
-                    }
-                }
-                Err(_) => {
-                    refused.fetch_add(1, Ordering::Relaxed);
-                    drop(io);
-                }
+            let Ok(permit) = Arc::clone(&sem).try_acquire_owned() else {
+                refused.fetch_add(1, Ordering::Relaxed);
+                conns.closed.listener_full.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let Some(guarded) = conns.guard(io, peer, permit) else {
+                refused.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            if tx.send(Ok(guarded)).await.is_err() {
+                return;
             }
         }
     })

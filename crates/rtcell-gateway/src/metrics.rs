@@ -27,9 +27,51 @@ pub struct GatewayCounters {
     /// (signal, result) → writes.
     pub writes: Mutex<BTreeMap<(String, String), u64>>,
     pub deploys: AtomicU64,
+    /// Connections closed by the gateway, by reason (all listeners).
+    pub closed: std::sync::Arc<crate::conn::ClosedCounters>,
+    /// Statistics streams: open, dropped samples, ended.
+    pub streams: crate::streams::StreamCounters,
+}
+
+/// The memory the gateway process should stay within (resident set); above it no new statistics
+/// stream is opened. Reported in `/metrics` beside the resident set.
+pub const MEMORY_BUDGET_BYTES: u64 = 256 << 20;
+
+/// The resident set of this process, bytes (`/proc/self/statm`); 0 if unknown.
+pub fn resident_bytes() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/statm") else { return 0 };
+    let pages = text.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf only returns a value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages.saturating_mul(u64::try_from(page).unwrap_or(4096))
+}
+
+/// The gateway's own limits as one scrape shows them.
+#[derive(Debug, Default)]
+pub struct Limits {
+    pub resident_bytes: u64,
+    /// (reason, connections closed).
+    pub closed: Vec<(&'static str, u64)>,
+    pub streams_open: u64,
+    pub dropped_samples: u64,
+    pub streams_ended_stalled: u64,
+    pub streams_refused: u64,
 }
 
 impl GatewayCounters {
+    /// The limits' figures now.
+    pub fn limits(&self) -> Limits {
+        let s = &self.streams;
+        Limits {
+            resident_bytes: resident_bytes(),
+            closed: self.closed.rows(),
+            streams_open: s.open(),
+            dropped_samples: s.dropped_samples.load(std::sync::atomic::Ordering::Relaxed),
+            streams_ended_stalled: s.ended_stalled.load(std::sync::atomic::Ordering::Relaxed),
+            streams_refused: s.refused.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
     pub fn request(&self, method: &str, code: tonic::Code) {
         if let Ok(mut m) = self.requests.lock() {
             *m.entry((method.to_string(), code_name(code).to_string())).or_default() += 1;
@@ -122,6 +164,11 @@ struct WriteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabels {
     run_id: String,
     scenario: String,
@@ -137,6 +184,7 @@ pub struct Scrape {
     pub writes: BTreeMap<(String, String), u64>,
     pub connections_refused: u64,
     pub deploys: u64,
+    pub limits: Limits,
 }
 
 /// `(upper bound s, cumulative count)` of the export buckets, from a fixed-width ns histogram.
@@ -314,8 +362,81 @@ impl prometheus_client::collector::Collector for Scrape {
             MetricType::Counter,
         )?;
         ConstCounter::new(self.deploys).encode(m)?;
-        Ok(())
+        encode_limits(&mut enc, &self.limits)
     }
+}
+
+/// One value without labels.
+fn single(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    kind: MetricType,
+    v: u64,
+) -> std::fmt::Result {
+    let m = enc.encode_descriptor(name, help, unit, kind)?;
+    match kind {
+        MetricType::Counter => ConstCounter::new(v).encode(m),
+        _ => ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m),
+    }
+}
+
+fn encode_limits(enc: &mut DescriptorEncoder, l: &Limits) -> std::fmt::Result {
+    counter(
+        enc,
+        "rtcell_gateway_connections_closed",
+        "Connections the gateway closed, by reason: listener_full and address_full at accept, no_request \
+         (no authenticated request within the deadline), stalled_stream (a stream its client did not read).",
+        l.closed.iter().map(|(r, n)| (ReasonLabels { reason: (*r).to_string() }, *n)),
+    )?;
+    let bytes = Some(&Unit::Bytes);
+    single(
+        enc,
+        "rtcell_gateway_resident_memory",
+        "Resident memory of the gateway's process.",
+        bytes,
+        MetricType::Gauge,
+        l.resident_bytes,
+    )?;
+    single(
+        enc,
+        "rtcell_gateway_memory_budget",
+        "Memory budget of the gateway's process (above it, no new statistics streams).",
+        bytes,
+        MetricType::Gauge,
+        MEMORY_BUDGET_BYTES,
+    )?;
+    single(
+        enc,
+        "rtcell_gateway_streams_open",
+        "Statistics streams open now.",
+        None,
+        MetricType::Gauge,
+        l.streams_open,
+    )?;
+    single(
+        enc,
+        "rtcell_gateway_stream_dropped_samples",
+        "Statistics snapshots not sent because their client did not read in time.",
+        None,
+        MetricType::Counter,
+        l.dropped_samples,
+    )?;
+    counter(
+        enc,
+        "rtcell_gateway_streams_ended",
+        "Statistics streams the gateway ended, by reason (stalled: no progress within the deadline).",
+        [(ReasonLabels { reason: "stalled".into() }, l.streams_ended_stalled)],
+    )?;
+    single(
+        enc,
+        "rtcell_gateway_streams_refused",
+        "Statistics streams refused (too many open, or the process above its memory budget).",
+        None,
+        MetricType::Counter,
+        l.streams_refused,
+    )
 }
 
 /// The text exposition of one scrape.

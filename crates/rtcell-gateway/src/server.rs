@@ -12,6 +12,9 @@ use std::time::Duration;
 
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
+use tonic::service::interceptor::InterceptedService;
+
+use crate::conn::{Conns, UnixConn};
 use crate::listen::{Addr, bind_unix, capped};
 use crate::pb::gateway_server::GatewayServer;
 use crate::service::{Gateway, Service};
@@ -22,6 +25,10 @@ pub const MAX_REQUEST_BYTES: usize = crate::deploy::MAX_PAYLOAD_BYTES + 64 * 102
 pub const MAX_CONNECTIONS: usize = 128;
 /// Most requests in flight per connection.
 const MAX_STREAMS: u32 = 32;
+/// Largest HTTP/2 frame a client may send us (the protocol's least).
+const MAX_FRAME_BYTES: u32 = 16 * 1024;
+/// HTTP/2 receive windows (per stream and per connection): how much a client may send ahead.
+const RECEIVE_WINDOW_BYTES: u32 = 1024 * 1024;
 
 /// How clients on TCP prove who they are.
 #[derive(Debug, Clone, Default)]
@@ -100,6 +107,9 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
         .thread_name("rtcell-gateway")
         .enable_all()
         .on_thread_start(move || {
+            // Every thread of the runtime (workers and blocking ones) time-shares, whatever the thread
+            // that starts the gateway runs at.
+            let _ = rtcell_host::sched::set_normal();
             if !cpus.is_empty() {
                 let _ = rtcell_host::cpu::pin_current_thread_to(&cpus);
             }
@@ -111,9 +121,14 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
     let mut metrics_bound = None;
     rt.block_on(async {
         for a in &opts.listen {
-            let svc = GatewayServer::new(Service(Arc::clone(&gateway)))
-                .max_decoding_message_size(MAX_REQUEST_BYTES)
-                .max_encoding_message_size(16 << 20);
+            let conns = Conns::new(Arc::clone(&gateway.counters.closed));
+            // Admits the connection once a request passed authentication (wrapped inside the token check).
+            let svc = InterceptedService::new(
+                GatewayServer::new(Service(Arc::clone(&gateway)))
+                    .max_decoding_message_size(MAX_REQUEST_BYTES)
+                    .max_encoding_message_size(16 << 20),
+                conns.admitter(),
+            );
             let counted = tower::layer::layer_fn({
                 let g = Arc::clone(&gateway);
                 move |inner| Counted { inner, gateway: Arc::clone(&g) }
@@ -123,6 +138,9 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
                 .concurrency_limit_per_connection(MAX_STREAMS as usize)
                 .http2_keepalive_interval(Some(Duration::from_secs(30)))
                 .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+                .max_frame_size(Some(MAX_FRAME_BYTES))
+                .initial_stream_window_size(Some(RECEIVE_WINDOW_BYTES))
+                .initial_connection_window_size(Some(RECEIVE_WINDOW_BYTES))
                 .tcp_nodelay(true);
             let refused = Arc::clone(&gateway.counters.connections_refused);
             let mut stop = rx.clone();
@@ -132,7 +150,7 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
             match a {
                 Addr::Unix(p) => {
                     let l = bind_unix(p)?;
-                    let incoming = capped(l, MAX_CONNECTIONS, refused);
+                    let incoming = capped(l, MAX_CONNECTIONS, refused, Arc::clone(&conns));
                     let router = builder.layer(counted).add_service(svc);
                     tokio::spawn(router.serve_with_incoming_shutdown(incoming, until));
                     bound.push(a.clone());
@@ -145,15 +163,14 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
                     if let Some(t) = &tls {
                         builder = builder.tls_config(t.clone()).map_err(|e| format!("TLS: {e}"))?;
                     }
-                    let incoming = capped(l, MAX_CONNECTIONS, refused);
+                    let incoming = capped(l, MAX_CONNECTIONS, refused, Arc::clone(&conns));
                     let token = opts.tcp_auth.token.clone();
-                    let svc =
-                        tonic::service::interceptor::InterceptedService::new(svc, move |req: tonic::Request<()>| {
-                            if let Some(t) = &token {
-                                crate::security::check_bearer(t, &req)?;
-                            }
-                            Ok(req)
-                        });
+                    let svc = InterceptedService::new(svc, move |req: tonic::Request<()>| {
+                        if let Some(t) = &token {
+                            crate::security::check_bearer(t, &req)?;
+                        }
+                        Ok(req)
+                    });
                     let router = builder.layer(counted).add_service(svc);
                     tokio::spawn(router.serve_with_incoming_shutdown(incoming, until));
                     bound.push(Addr::Tcp(local));
@@ -206,7 +223,12 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        // A guarded Unix connection's information carries the guard; identity checks look for the
+        // socket's own information, as on an unguarded socket.
+        if let Some(u) = req.extensions().get::<UnixConn>().map(|u| u.uds.clone()) {
+            req.extensions_mut().insert(u);
+        }
         let path = req.uri().path().to_string();
         let fut = self.inner.call(req);
         let g = Arc::clone(&self.gateway);

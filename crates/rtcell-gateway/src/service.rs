@@ -139,6 +139,7 @@ impl Gateway {
             writes: c.writes.lock().map(|m| m.clone()).unwrap_or_default(),
             connections_refused: c.connections_refused.load(std::sync::atomic::Ordering::Relaxed),
             deploys: c.deploys.load(std::sync::atomic::Ordering::Relaxed),
+            limits: c.limits(),
         }
     }
 
@@ -146,7 +147,7 @@ impl Gateway {
         crate::metrics::render(self.scrape())
     }
 
-    fn stats_now(&self, buckets: bool) -> pb::Stats {
+    pub(crate) fn stats_now(&self, buckets: bool) -> pb::Stats {
         let mut s = self.current().map(|r| snapshot::stats(&r, buckets)).unwrap_or_default();
         if let Some(d) = &self.deployer {
             s.cells.extend(d.cell_states());
@@ -204,29 +205,7 @@ impl GatewayApi for Service {
     type StreamStatsStream = StatsStream;
 
     async fn stream_stats(&self, req: Request<pb::StreamStatsRequest>) -> Result<Response<StatsStream>, Status> {
-        let r = req.into_inner();
-        let rate = if r.rate_hz == 0.0 { 1.0 } else { r.rate_hz };
-        if !(0.1..=100.0).contains(&rate) {
-            return Err(Status::invalid_argument(format!("rate_hz {rate}: give 0.1 to 100 snapshots per second")));
-        }
-        let g = Arc::clone(&self.0);
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            let mut sent = 0u32;
-            loop {
-                tick.tick().await;
-                let s = g.stats_now(r.buckets);
-                let last = s.finished || (r.count > 0 && sent + 1 >= r.count);
-                // A client that went away ends the stream; nothing else is affected.
-                if tx.send(Ok(s)).await.is_err() || last {
-                    break;
-                }
-                sent += 1;
-            }
-        });
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        crate::streams::stream_stats(Arc::clone(&self.0), req).map(Response::new)
     }
 
     async fn read_signal(&self, req: Request<pb::ReadSignalRequest>) -> Result<Response<pb::SignalValue>, Status> {
