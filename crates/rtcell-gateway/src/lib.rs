@@ -4,11 +4,13 @@
 //! - [`snapshot`]: statistics read lock-free from the run's shared memory;
 //! - [`write`]: writes to `writable` signals, confirmed by the acknowledgement of the task reading them;
 //! - [`deploy`]: payload ELFs checked, stored under their hash and started in new kvm cells;
-//! - [`security`]: bearer tokens, client identity, rate limits, the audit log;
+//! - [`access`]: who calls (Unix uid, bearer token, client certificate) and its role;
+//! - [`security`]: rate limits per identity, client text capped, the audit log;
 //! - [`listen`]: the Unix socket (0600, private directory) and TCP listeners, the connection cap;
 //! - [`metrics`]: the Prometheus text exposition;
 //! - [`server`]: listeners, TLS and limits put together; [`client`]: connecting as `rtcell ctl` does.
 
+pub mod access;
 pub mod client;
 pub mod deploy;
 pub mod listen;
@@ -19,6 +21,8 @@ pub mod security;
 pub mod server;
 pub mod service;
 pub mod snapshot;
+pub mod start;
+pub mod state;
 pub mod write;
 
 /// The generated messages and services of package `rtcell.v1`.
