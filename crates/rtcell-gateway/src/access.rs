@@ -362,7 +362,7 @@ where
                     return Box::pin(self.inner.call(req));
                 }
                 let status = Status::permission_denied(format!(
-                    "{method} needs the {need} role; this client ({}) is a {}",
+                    "{method} needs the {need} role; this client ({}) has the {} role",
                     caller.id, caller.role
                 ));
                 self.gateway.audit.log(
