@@ -21,8 +21,8 @@ use crate::start::ScenarioSources;
 use crate::state::StateDir;
 
 /// Starts, stops, deploys and cell stops per second per identity (bursts of [`CONTROL_BURST`]).
-pub const CONTROL_RATE: f64 = 1.0;
-pub const CONTROL_BURST: f64 = 5.0;
+pub const CONTROL_RATE: f64 = 2.0;
+pub const CONTROL_BURST: f64 = 10.0;
 /// Runs kept for GetResults (the oldest finished ones are forgotten first).
 const KEEP_RUNS: usize = 32;
 
