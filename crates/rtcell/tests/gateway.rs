@@ -130,12 +130,18 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
             c.read_signal(pb::ReadSignalRequest { name: "zzz".into() }).await.unwrap_err().code(),
             Code::NotFound
         );
-        // No deploy without a payload.
+        // No deploy without a payload, and none onto the master CPU.
+        let e = c
+            .deploy_payload(pb::DeployPayloadRequest { elf: Vec::new(), cpu: 1, ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         let e = c
             .deploy_payload(pb::DeployPayloadRequest { elf: b"\x7fELF garbage".to_vec(), cpu: 0, ..Default::default() })
             .await
             .unwrap_err();
-        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("master CPU"), "{e:?}");
 
         // Metrics, parsed by a Prometheus text-format parser.
         let text = http_get(&s.metrics_url());
