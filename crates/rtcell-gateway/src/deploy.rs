@@ -162,7 +162,8 @@ impl Deployer {
             let rep = cell.stop(Duration::from_secs(2));
             return Err(forget(Status::aborted(format!("cell {name:?} did not start: {e} ({})", rep.status))));
         }
-        let d = Deployed { cell, _cpu: cpu_lock, sha256: sha, size: req.elf.len() as u64, stored_at: stored, _shm: shm };
+        let d =
+            Deployed { cell, _cpu: cpu_lock, sha256: sha, size: req.elf.len() as u64, stored_at: stored, _shm: shm };
         let info = describe(&name, &d, None);
         self.cells.lock().map_err(|_| Status::internal("deployed cells poisoned"))?.insert(name, d);
         Ok(info)

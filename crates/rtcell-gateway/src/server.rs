@@ -119,7 +119,8 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
     let mut metrics_bound = None;
     rt.block_on(async {
         // Every request passes here first: its caller and role, decided once (crate::access).
-        let authorized = |inner, on| Authorized { inner, access: Arc::clone(&access), gateway: Arc::clone(&gateway), on };
+        let authorized =
+            |inner, on| Authorized { inner, access: Arc::clone(&access), gateway: Arc::clone(&gateway), on };
         for a in &opts.listen {
             let svc = GatewayServer::new(Service(Arc::clone(&gateway)))
                 .max_decoding_message_size(MAX_REQUEST_BYTES)

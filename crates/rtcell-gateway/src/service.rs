@@ -9,11 +9,11 @@ use rtcell_shm::SignalError;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::access::caller;
 use crate::deploy::Deployer;
 use crate::metrics::{GatewayCounters, Scrape};
 use crate::pb;
 use crate::pb::gateway_server::Gateway as GatewayApi;
-use crate::access::caller;
 use crate::runs::{RunSlot, Runner};
 use crate::security::{Audit, RateLimit, quoted};
 use crate::snapshot;
@@ -364,8 +364,11 @@ impl GatewayApi for Service {
             let Some(d) = &g.deployer else {
                 return Err(Status::failed_precondition("this gateway does not deploy payloads: run `rtcell serve`"));
             };
-            let mut busy: Vec<(usize, String)> =
-                g.master_cpus.iter().map(|c| (*c, "the gateway and the Linux side (the master CPU)".to_string())).collect();
+            let mut busy: Vec<(usize, String)> = g
+                .master_cpus
+                .iter()
+                .map(|c| (*c, "the gateway and the Linux side (the master CPU)".to_string()))
+                .collect();
             if let Some(l) = g.current().filter(|s| s.outcome().is_none()).and_then(|s| s.live().cloned()) {
                 busy.extend(l.plan.cells.iter().map(|c| (c.cpu, format!("cell {:?} of the running scenario", c.name))));
                 busy.push((l.plan.master_cpu, "the running scenario's Linux-side tasks".to_string()));

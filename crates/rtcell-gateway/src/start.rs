@@ -88,7 +88,10 @@ impl ScenarioSources {
             Ok(_) => Err(Status::permission_denied(format!(
                 "scenario {stem:?} resolves outside the scenario directory or is not a file"
             ))),
-            Err(_) => Err(Status::not_found(format!("no scenario {stem:?} in the scenario directory (scenarios: {})", known()))),
+            Err(_) => Err(Status::not_found(format!(
+                "no scenario {stem:?} in the scenario directory (scenarios: {})",
+                known()
+            ))),
         }
     }
 }
@@ -131,7 +134,8 @@ impl Gateway {
                 ));
             }
         };
-        let req = StartRequest { path, duration: (!r.duration.is_empty()).then_some(r.duration), kinds: r.kinds, origin };
+        let req =
+            StartRequest { path, duration: (!r.duration.is_empty()).then_some(r.duration), kinds: r.kinds, origin };
         match runner.start(req) {
             Ok(slot) => {
                 if let Some(p) = spooled {
@@ -157,7 +161,10 @@ impl Gateway {
                 text.len()
             )));
         }
-        let state = self.state.as_ref().ok_or_else(|| Status::failed_precondition("no state directory to keep the scenario in"))?;
+        let state = self
+            .state
+            .as_ref()
+            .ok_or_else(|| Status::failed_precondition("no state directory to keep the scenario in"))?;
         state.make_room(text.len() as u64, &self.in_use())?;
         let sha = crate::security::hex(&<sha2::Sha256 as sha2::Digest>::digest(text.as_bytes()));
         let keep = state.scenarios.join(format!("{}.toml", &sha[..16]));

@@ -36,19 +36,15 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
         // A scenario that does not validate is refused with its problems.
         let bad = s.path("bad.toml");
         std::fs::write(&bad, "name = \"x\"\nduration_s = 0\n").unwrap();
-        let e = c
-            .start_scenario(pb::StartScenarioRequest { path: "bad".into(), ..Default::default() })
-            .await
-            .unwrap_err();
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "bad".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains("nothing was started"), "{e:?}");
 
         let run = start_and_wait(&mut c, &s.path("gw.toml")).await;
         // A second start while one runs is refused.
-        let e = c
-            .start_scenario(pb::StartScenarioRequest { path: "gw".into(), ..Default::default() })
-            .await
-            .unwrap_err();
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "gw".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
 
         let st = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
@@ -309,10 +305,8 @@ fn tcp_with_mutual_tls_admits_only_clients_of_its_ca() {
     // certificate without a role is a viewer.
     rt().block_on(async {
         let mut c = connect(&tcp(&addr, None, Some(tls(&good)))).await.unwrap();
-        let e = c
-            .start_scenario(pb::StartScenarioRequest { path: "gw".into(), ..Default::default() })
-            .await
-            .unwrap_err();
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "gw".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     });
     let audit = std::fs::read_to_string(s.path("audit.log")).unwrap();

@@ -117,23 +117,17 @@ fn base_dir_and_paths_are_refused_and_nothing_is_written_outside_the_state_dir()
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains("base_dir is gone"), "{e:?}");
         for p in ["../../../etc/passwd", "/etc/passwd", "..", "sub/gw"] {
-            let e = c
-                .start_scenario(pb::StartScenarioRequest { path: p.into(), ..Default::default() })
-                .await
-                .unwrap_err();
+            let e =
+                c.start_scenario(pb::StartScenarioRequest { path: p.into(), ..Default::default() }).await.unwrap_err();
             assert_eq!(e.code(), Code::InvalidArgument, "{p}: {e:?}");
             assert!(e.message().contains("not a scenario name"), "{p}: {e:?}");
         }
         // A symlink of the scenario directory that leads out of it.
-        let e = c
-            .start_scenario(pb::StartScenarioRequest { path: "link".into(), ..Default::default() })
-            .await
-            .unwrap_err();
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "link".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-        let e = c
-            .start_scenario(pb::StartScenarioRequest { path: "nope".into(), ..Default::default() })
-            .await
-            .unwrap_err();
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "nope".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::NotFound, "{e:?}");
         assert!(e.message().contains("gw"), "the known scenarios are listed: {e:?}");
     });
@@ -168,7 +162,10 @@ fn roles_from_tokens_and_certificates_refuse_calls_above_them() {
         viewer.get_status(pb::GetStatusRequest {}).await.expect("a viewer reads");
         let e = write(&mut viewer, "op.limit", vec![f64v(1.0)]).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-        assert!(e.message().contains("WriteSignal needs the operator role") && e.message().contains("has the viewer role"), "{e:?}");
+        assert!(
+            e.message().contains("WriteSignal needs the operator role") && e.message().contains("has the viewer role"),
+            "{e:?}"
+        );
         assert!(!e.message().contains(VIEWER), "the token is never echoed: {e:?}");
 
         let mut operator = connect(&tcp(&addr, Some(OPERATOR), None)).await.unwrap();
@@ -204,15 +201,32 @@ fn a_client_certificate_carries_its_role() {
     let dir = tempfile::tempdir().unwrap();
     let op = pki_with_role(dir.path(), "op", Some("operator"));
     let p = |x: &std::path::PathBuf| x.display().to_string();
-    let s = serve(&["--listen", "tcp://127.0.0.1:0", "--tls-cert", &p(&op.server.0), "--tls-key", &p(&op.server.1), "--tls-client-ca", &p(&op.ca)]);
+    let s = serve(&[
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--tls-cert",
+        &p(&op.server.0),
+        "--tls-key",
+        &p(&op.server.1),
+        "--tls-client-ca",
+        &p(&op.ca),
+    ]);
     let addr = s.grpc("tcp://");
-    let tls = ClientTls { ca: op.ca.clone(), cert: op.client.0.clone(), key: op.client.1.clone(), domain: Some("localhost".into()) };
+    let tls = ClientTls {
+        ca: op.ca.clone(),
+        cert: op.client.0.clone(),
+        key: op.client.1.clone(),
+        domain: Some("localhost".into()),
+    };
     rt().block_on(async {
         let mut c = connect(&tcp(&addr, None, Some(tls))).await.unwrap();
         assert_eq!(write(&mut c, "op.limit", vec![f64v(1.0)]).await.unwrap_err().code(), Code::NotFound);
         let e = c.stop_cell(pb::StopCellRequest { name: "x".into() }).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-        assert!(e.message().contains("StopCell needs the admin role") && e.message().contains("has the operator role"), "{e:?}");
+        assert!(
+            e.message().contains("StopCell needs the admin role") && e.message().contains("has the operator role"),
+            "{e:?}"
+        );
     });
 }
 
@@ -236,7 +250,12 @@ fn the_rate_limit_counts_per_identity_across_connections_and_processes() {
         &p(&op.ca),
     ]);
     let addr = s.grpc("tcp://");
-    let tls = ClientTls { ca: op.ca.clone(), cert: op.client.0.clone(), key: op.client.1.clone(), domain: Some("localhost".into()) };
+    let tls = ClientTls {
+        ca: op.ca.clone(),
+        cert: op.client.0.clone(),
+        key: op.client.1.clone(),
+        domain: Some("localhost".into()),
+    };
     let passed = rt().block_on(async {
         // A run whose signals take the writes (started over the Unix socket: another identity).
         let mut admin = connect(&unix(&s.grpc("unix:"))).await.unwrap();
@@ -293,7 +312,9 @@ fn deploys_never_go_onto_the_master_cpu_or_a_cpu_another_run_holds() {
     let sock = s.grpc("unix:").to_string();
     let junk = s.path("junk.elf");
     std::fs::write(&junk, b"not an elf at all").unwrap();
-    let ctl = |cpu: &str| common::text(&common::run(&["ctl", "--connect", &sock, "deploy", junk.to_str().unwrap(), "--cpu", cpu]));
+    let ctl = |cpu: &str| {
+        common::text(&common::run(&["ctl", "--connect", &sock, "deploy", junk.to_str().unwrap(), "--cpu", cpu]))
+    };
     let t = ctl("0");
     assert!(t.contains("failed_precondition") && t.contains("CPU 0 is taken by the gateway"), "{t}");
     // Another run holds CPU 1 (this test process, as `rtcell run` would).

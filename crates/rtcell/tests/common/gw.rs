@@ -69,8 +69,12 @@ pub struct Served {
 impl Served {
     /// Starts `rtcell ARGS` and waits until it announced `want` listeners.
     pub fn start(args: &[String], want: usize, dir: tempfile::TempDir) -> Served {
-        let mut child =
-            crate::common::rtcell().args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("rtcell starts");
+        let mut child = crate::common::rtcell()
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rtcell starts");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let err = child.stderr.take().unwrap();
         let l2 = Arc::clone(&lines);
@@ -213,11 +217,9 @@ pub async fn write(
     c.write_signal(pb::WriteSignalRequest { name: name.into(), values, timeout_ms: 0 }).await.map(|r| r.into_inner())
 }
 
-
 pub fn tcp(addr: &Addr, token: Option<&str>, tls: Option<rtcell_gateway::client::ClientTls>) -> Connect {
     Connect { addr: addr.clone(), token: token.map(String::from), tls, timeout: Duration::from_secs(5) }
 }
-
 
 /// A CA and certificates signed by it, written as PEM files in `dir`.
 pub struct Pki {
@@ -263,4 +265,3 @@ pub fn pki_with_role(dir: &Path, tag: &str, role: Option<&str>) -> Pki {
         client: (write("client.pem", &cc), write("client.key", &ck)),
     }
 }
-
