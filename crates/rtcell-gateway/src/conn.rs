@@ -136,22 +136,23 @@ impl Conns {
         })
     }
 
-    /// The interceptor that admits a request's connection; it must run after authentication. It puts
-    /// the connection's [`Conn`] into the request for the handlers.
-    pub fn admitter(
-        self: &Arc<Self>,
-    ) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone + use<> {
-        let conns = Arc::clone(self);
-        move |mut req: tonic::Request<()>| {
-            let conn = match req.extensions().get::<UnixConn>() {
-                Some(u) => Some(u.conn.clone()),
-                None => req.remote_addr().and_then(|a| conns.by_peer.lock().ok().and_then(|m| m.get(&a).cloned())),
-            };
-            if let Some(c) = conn {
-                c.admit();
-                req.extensions_mut().insert(c);
-            }
-            Ok(req)
+    /// Admits the connection a request came on (call it once the request has passed authentication)
+    /// and puts the connection's [`Conn`] into the request for the handlers.
+    pub fn admit(&self, ext: &mut http::Extensions) {
+        let conn = match ext.get::<UnixConn>() {
+            Some(u) => Some(u.conn.clone()),
+            None => ext
+                .get::<TcpConnectInfo>()
+                .and_then(|i| i.remote_addr())
+                .or_else(|| {
+                    ext.get::<tonic::transport::server::TlsConnectInfo<TcpConnectInfo>>()
+                        .and_then(|i| i.get_ref().remote_addr())
+                })
+                .and_then(|a| self.by_peer.lock().ok().and_then(|m| m.get(&a).cloned())),
+        };
+        if let Some(c) = conn {
+            c.admit();
+            ext.insert(c);
         }
     }
 }

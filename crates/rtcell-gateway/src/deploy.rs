@@ -1,6 +1,8 @@
 //! Deploying a payload ELF into a new kvm cell (seed 004's generated-code pipeline): the ELF is checked
 //! (size, ELF header, segments inside guest RAM, entry inside a segment) before anything starts, stored
-//! under its SHA-256, and started on the CPU asked for, beside whatever else runs.
+//! under its SHA-256 in the state directory (within its budget), and started on the CPU asked for —
+//! never the master CPU, and only after taking that CPU's lock (`rtcell_host::cpulock`), held for the
+//! cell's lifetime, so no run and no other deploy shares it. A refused deploy leaves nothing on disk.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,8 @@ const MAX_DEPLOYED: usize = 16;
 
 struct Deployed {
     cell: Cell,
+    /// The cell CPU's lock, released when the cell is stopped (dropped after it).
+    _cpu: rtcell_host::cpulock::CpuLocks,
     sha256: String,
     size: u64,
     stored_at: PathBuf,
@@ -34,7 +38,7 @@ struct Deployed {
 
 /// The payload store and the cells started from it.
 pub struct Deployer {
-    dir: PathBuf,
+    state: Arc<crate::state::StateDir>,
     cells: Mutex<BTreeMap<String, Deployed>>,
     /// One deploy at a time; `cells` itself is locked only briefly, so statistics and status keep
     /// answering while a VM starts.
@@ -42,10 +46,14 @@ pub struct Deployer {
 }
 
 impl Deployer {
-    /// Payloads are stored in `dir` (created private if absent).
-    pub fn new(dir: &Path) -> Result<Deployer, String> {
-        crate::listen::private_dir(dir)?;
-        Ok(Deployer { dir: dir.to_owned(), cells: Mutex::new(BTreeMap::new()), deploying: Mutex::new(()) })
+    /// Payloads are stored in the state directory's `payloads/`.
+    pub fn new(state: Arc<crate::state::StateDir>) -> Deployer {
+        Deployer { state, cells: Mutex::new(BTreeMap::new()), deploying: Mutex::new(()) }
+    }
+
+    /// The stored payloads deployed cells use.
+    pub fn stored(&self) -> Vec<PathBuf> {
+        self.cells.lock().map(|c| c.values().map(|d| d.stored_at.clone()).collect()).unwrap_or_default()
     }
 
     /// Checks, stores and starts. `busy` lists the CPUs the run uses, and by what. Blocking (starts a VM).
@@ -64,27 +72,13 @@ impl Deployer {
         let name = if req.name.is_empty() { format!("payload-{}", &sha[..8]) } else { req.name.clone() };
         if name.len() > 24 || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
             return Err(Status::invalid_argument(format!(
-                "cell name {name:?}: 1 to 24 letters, digits, '_', '-' or '.'"
+                "cell name {}: 1 to 24 letters, digits, '_', '-' or '.'",
+                crate::security::quoted(&name)
             )));
         }
         if req.args.len() > 1024 || req.args.contains('\0') {
             return Err(Status::invalid_argument("args: at most 1024 bytes of key=value lines, no NUL"));
         }
-        // Store under the hash (written aside first, so a half-written file never has the final name),
-        // then validate the stored file: what is checked is exactly what will be loaded.
-        let stored = self.dir.join(format!("{sha}.elf"));
-        let tmp = self.dir.join(format!(".{sha}.{}.part", std::process::id()));
-        std::fs::write(&tmp, &req.elf).map_err(|e| Status::internal(format!("storing the payload: {e}")))?;
-        let path_text = tmp.display().to_string();
-        if let Err(e) = rtcell_kvm::payloads::validate(&path_text, rtcell_guest::abi::DEFAULT_RAM) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(Status::invalid_argument(
-                format!("not a payload this cell can run: {e}").replace(&path_text, "payload"),
-            ));
-        }
-        std::fs::rename(&tmp, &stored).map_err(|e| Status::internal(format!("storing the payload: {e}")))?;
-        // Kept by hash even if the start below is refused: the same bytes are the same file.
-
         let cpu = req.cpu as usize;
         let online = rtcell_host::cpu::online_cpus().map_err(|e| Status::internal(format!("online CPUs: {e}")))?;
         if !online.contains(&cpu) {
@@ -115,12 +109,39 @@ impl Deployer {
             }
         }
 
+        // The CPU's lock for the cell's lifetime: refused if a run (of this process or another) holds it.
+        let cpu_lock = rtcell_host::cpulock::lock_cpus(&[cpu])
+            .map_err(|e| Status::failed_precondition(format!("cannot deploy onto CPU {cpu}: {e}")))?;
+        // Store under the hash (written aside first, so a half-written file never has the final name),
+        // then validate the stored file: what is checked is exactly what will be loaded.
+        let dir = &self.state.payloads;
+        let stored = dir.join(format!("{sha}.elf"));
+        let tmp = dir.join(format!(".{sha}.{}.part", std::process::id()));
+        self.state.make_room(req.elf.len() as u64, &self.stored())?;
+        write_private(&tmp, &req.elf).map_err(|e| Status::internal(format!("storing the payload: {e}")))?;
+        let path_text = tmp.display().to_string();
+        if let Err(e) = rtcell_kvm::payloads::validate(&path_text, rtcell_guest::abi::DEFAULT_RAM) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Status::invalid_argument(
+                format!("not a payload this cell can run: {e}").replace(&path_text, "payload"),
+            ));
+        }
+        std::fs::rename(&tmp, &stored).map_err(|e| Status::internal(format!("storing the payload: {e}")))?;
+
+        // A refused start leaves nothing behind (unless another deployed cell runs the same bytes).
+        let forget = |why: Status| {
+            if !self.stored().contains(&stored) {
+                let _ = std::fs::remove_file(&stored);
+            }
+            why
+        };
         let mut layout = RegionLayout::new();
         layout.page_aligned();
-        rtcell_shm::control::add_to_layout(&mut layout, &name).map_err(|e| Status::internal(format!("region: {e}")))?;
+        rtcell_shm::control::add_to_layout(&mut layout, &name)
+            .map_err(|e| forget(Status::internal(format!("region: {e}"))))?;
         let shm = SharedMemory::create_anonymous(&format!("deploy-{name}"), layout.size_bytes())
-            .map_err(|e| Status::internal(format!("shared memory: {e}")))?;
-        layout.init(shm.words(), std::process::id()).map_err(|e| Status::internal(format!("region: {e}")))?;
+            .map_err(|e| forget(Status::internal(format!("shared memory: {e}"))))?;
+        layout.init(shm.words(), std::process::id()).map_err(|e| forget(Status::internal(format!("region: {e}"))))?;
         let shm = Arc::new(shm);
         let spec = CellSpec {
             name: name.clone(),
@@ -136,12 +157,13 @@ impl Deployer {
             vm: VmOptions::default(),
         };
         let mut cell = Cell::start(spec, Arc::clone(&shm))
-            .map_err(|e| Status::failed_precondition(format!("cell {name:?}: {e}")))?;
+            .map_err(|e| forget(Status::failed_precondition(format!("cell {name:?}: {e}"))))?;
         if let Err(e) = cell.wait_running(START_TIMEOUT) {
             let rep = cell.stop(Duration::from_secs(2));
-            return Err(Status::aborted(format!("cell {name:?} did not start: {e} ({})", rep.status)));
+            return Err(forget(Status::aborted(format!("cell {name:?} did not start: {e} ({})", rep.status))));
         }
-        let d = Deployed { cell, sha256: sha, size: req.elf.len() as u64, stored_at: stored, _shm: shm };
+        let d =
+            Deployed { cell, _cpu: cpu_lock, sha256: sha, size: req.elf.len() as u64, stored_at: stored, _shm: shm };
         let info = describe(&name, &d, None);
         self.cells.lock().map_err(|_| Status::internal("deployed cells poisoned"))?.insert(name, d);
         Ok(info)
@@ -154,7 +176,8 @@ impl Deployer {
             cells.remove(name).ok_or_else(|| {
                 let known: Vec<String> = cells.keys().cloned().collect();
                 Status::not_found(format!(
-                    "no deployed cell {name:?} (deployed: {})",
+                    "no deployed cell {} (deployed: {})",
+                    crate::security::quoted(name),
                     if known.is_empty() { "none".into() } else { known.join(", ") }
                 ))
             })?
@@ -165,6 +188,8 @@ impl Deployer {
         let (sha, size, at) = (d.sha256.clone(), d.size, d.stored_at.clone());
         let cpu = d.cell.cpu();
         let rep = d.cell.stop(Duration::from_secs(3));
+        // The CPU is free again once the cell is stopped.
+        drop(d._cpu);
         Ok(pb::DeployedCell {
             name: name.to_string(),
             cpu: cpu as u32,
@@ -248,4 +273,18 @@ fn describe(name: &str, d: &Deployed, status: Option<String>) -> pb::DeployedCel
         vm_exits: d.cell.vm_exits().unwrap_or_default().into_iter().collect(),
         log: tail(d.cell.logs()),
     }
+}
+
+/// Writes a file only its owner may read (0600), replacing none: a client's bytes in the state directory.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    f.write_all(bytes)
 }

@@ -4,13 +4,15 @@
 //! - [`snapshot`]: statistics read lock-free from the run's shared memory;
 //! - [`write`]: writes to `writable` signals, confirmed by the acknowledgement of the task reading them;
 //! - [`deploy`]: payload ELFs checked, stored under their hash and started in new kvm cells;
-//! - [`security`]: bearer tokens, client identity, rate limits, the audit log;
+//! - [`access`]: who calls (Unix uid, bearer token, client certificate) and its role;
+//! - [`security`]: rate limits per identity, client text capped, the audit log;
 //! - [`listen`]: the Unix socket (0600, private directory) and TCP listeners, the connection caps;
 //! - [`conn`]: each connection's guard (deadline for its first authenticated request, cap per address);
 //! - [`streams`]: statistics streams with bounded memory (dropped samples, stall deadline, cap);
 //! - [`metrics`]: the Prometheus text exposition;
 //! - [`server`]: listeners, TLS and limits put together; [`client`]: connecting as `rtcell ctl` does.
 
+pub mod access;
 pub mod client;
 pub mod conn;
 pub mod deploy;
@@ -22,6 +24,8 @@ pub mod security;
 pub mod server;
 pub mod service;
 pub mod snapshot;
+pub mod start;
+pub mod state;
 pub mod streams;
 pub mod write;
 

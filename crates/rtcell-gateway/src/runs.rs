@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rtcell_scenario::Live;
@@ -27,6 +27,8 @@ pub struct RunSlot {
     live: OnceLock<Arc<Live>>,
     outcome: OnceLock<RunOutcome>,
     stop: AtomicBool,
+    /// A file kept for this run only (a scenario text received by the gateway), removed when it ends.
+    spooled: Mutex<Option<PathBuf>>,
 }
 
 impl RunSlot {
@@ -39,6 +41,7 @@ impl RunSlot {
             live: OnceLock::new(),
             outcome: OnceLock::new(),
             stop: AtomicBool::new(false),
+            spooled: Mutex::new(None),
         }
     }
 
@@ -57,6 +60,27 @@ impl RunSlot {
     /// Called by the runner when the run is over and its results are written (or failed).
     pub fn finish(&self, outcome: RunOutcome) {
         let _ = self.outcome.set(outcome);
+        if let Ok(mut s) = self.spooled.lock()
+            && let Some(p) = s.take()
+        {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Removes `file` when the run ends (at once if it has ended already).
+    pub fn remove_when_done(&self, file: PathBuf) {
+        if let Ok(mut s) = self.spooled.lock() {
+            if self.outcome.get().is_some() {
+                let _ = std::fs::remove_file(&file);
+            } else {
+                *s = Some(file);
+            }
+        }
+    }
+
+    /// The file kept for this run, while it runs.
+    pub fn spooled(&self) -> Option<PathBuf> {
+        self.spooled.lock().ok().and_then(|s| s.clone())
     }
 
     pub fn outcome(&self) -> Option<&RunOutcome> {
@@ -100,8 +124,11 @@ pub trait Runner: Send + Sync {
 /// A scenario to start.
 #[derive(Debug, Clone, Default)]
 pub struct StartRequest {
-    /// The scenario file (the gateway wrote TOML text it was given to a file first).
+    /// The scenario file (of the scenario directory, or the TOML text a client sent, kept in the state
+    /// directory).
     pub path: PathBuf,
     pub duration: Option<String>,
     pub kinds: Vec<String>,
+    /// What the scenario may load: validation applies it ([`rtcell_scenario::Origin`]).
+    pub origin: rtcell_scenario::Origin,
 }

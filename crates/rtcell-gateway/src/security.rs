@@ -6,86 +6,50 @@
 //! - TCP: only with a bearer token read from a file that is not world-readable, or mutual TLS (a client
 //!   certificate signed by the given CA), or both. A request without them is refused (UNAUTHENTICATED)
 //!   and counted; it never reaches the service.
-//! - Writes are rate-limited per client (a token bucket), and every write and deploy is logged with who
-//!   and what.
+//! - Who the caller is and what it may do: [`crate::access`].
+//! - Writes, and starts, stops and deploys, are rate-limited per identity (token buckets keyed by the
+//!   caller's uid, certificate or token, never its connection), and every write, start, stop, deploy
+//!   and refused call is logged with who and what, client text capped and escaped.
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use sha2::{Digest, Sha256};
 use tonic::Status;
-use tonic::transport::server::{TcpConnectInfo, UdsConnectInfo};
 
-/// Shortest bearer token accepted (characters).
-pub const MIN_TOKEN_LEN: usize = 16;
+/// Bytes of a client's text (a name, a path, a message) shown at most in the audit log, stderr or an
+/// error message; longer text is cut and marked (escaped by `rtcell_host::peer_text` in any case).
+pub const CLIENT_TEXT_CAP: usize = 128;
+/// Entries of a client's list (e.g. the values of a write) shown at most in the audit log.
+const CLIENT_LIST_CAP: usize = 16;
 
-/// Reads a bearer token file: refused if anyone but its owner's group may read it, or if it is short.
-pub fn read_token_file(path: &Path) -> Result<String, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o004 != 0 {
-        return Err(format!(
-            "token file {} is world-readable (mode {mode:03o}): anyone on this machine could use it; run chmod 600 {}",
-            path.display(),
-            path.display()
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
-    let token = text.trim().to_string();
-    if token.len() < MIN_TOKEN_LEN || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "token file {}: the token must be one word of at least {MIN_TOKEN_LEN} characters (e.g. `head -c 32 /dev/urandom | base64 > {}`)",
-            path.display(),
-            path.display()
-        ));
-    }
-    Ok(token)
+/// A client's text made safe to echo: capped at [`CLIENT_TEXT_CAP`] bytes and escaped.
+pub fn client_text(s: &str) -> String {
+    rtcell_host::peer_text::peer_str(s, CLIENT_TEXT_CAP)
 }
 
-/// Compares in time independent of where the strings differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// [`client_text`] in quotes, as `{:?}` would show it.
+pub fn quoted(s: &str) -> String {
+    format!("\"{}\"", client_text(s))
 }
 
-/// The interceptor of a TCP listener with a token: `authorization: Bearer <token>` or UNAUTHENTICATED.
-pub fn check_bearer(token: &str, req: &tonic::Request<()>) -> Result<(), Status> {
-    let Some(v) = req.metadata().get("authorization") else {
-        return Err(Status::unauthenticated("no bearer token: send metadata `authorization: Bearer <token>`"));
-    };
-    let v = v.to_str().map_err(|_| Status::unauthenticated("malformed authorization header"))?;
-    let given =
-        v.strip_prefix("Bearer ").ok_or_else(|| Status::unauthenticated("authorization is not `Bearer <token>`"))?;
-    if same(given.as_bytes(), token.as_bytes()) { Ok(()) } else { Err(Status::unauthenticated("wrong bearer token")) }
-}
-
-/// Who sent a request, for the audit log and the per-client rate limit.
-pub fn client_of<T>(req: &tonic::Request<T>) -> String {
-    if let Some(certs) = req.peer_certs()
-        && let Some(first) = certs.first()
-    {
-        let addr = req.remote_addr().map(|a| a.to_string()).unwrap_or_default();
-        return format!("tls {addr} cert sha256:{}", &hex(&Sha256::digest(first.as_ref()))[..16]);
-    }
-    if let Some(info) = req.extensions().get::<UdsConnectInfo>()
-        && let Some(cred) = &info.peer_cred
-    {
-        return format!("unix uid {} pid {}", cred.uid(), cred.pid().map_or("?".into(), |p| p.to_string()));
-    }
-    if let Some(info) = req.extensions().get::<TcpConnectInfo>()
-        && let Some(a) = info.remote_addr()
-    {
-        return format!("tcp {}", a.ip());
-    }
-    match req.remote_addr() {
-        Some(a) => format!("tcp {}", a.ip()),
-        None => "unix".into(),
+/// A JSON value of the audit log with every string capped and escaped and every list shortened.
+fn bounded(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => Value::String(client_text(&s)),
+        Value::Array(a) => {
+            let n = a.len();
+            let mut out: Vec<Value> = a.into_iter().take(CLIENT_LIST_CAP).map(bounded).collect();
+            if n > CLIENT_LIST_CAP {
+                out.push(Value::String(format!("…[{} more]", n - CLIENT_LIST_CAP)));
+            }
+            Value::Array(out)
+        }
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (client_text(&k), bounded(v))).collect()),
+        x => x,
     }
 }
 
@@ -93,27 +57,29 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Token bucket per client: `rate` writes per second, bursts of up to `burst`.
+/// Token bucket per identity: `rate` requests per second, bursts of up to `burst`.
 pub struct RateLimit {
+    what: &'static str,
     rate: f64,
     burst: f64,
     buckets: Mutex<HashMap<String, (f64, Instant)>>,
 }
 
 impl RateLimit {
-    pub fn new(rate: f64, burst: f64) -> RateLimit {
-        RateLimit { rate, burst: burst.max(1.0), buckets: Mutex::new(HashMap::new()) }
+    /// `what` names the requests counted, for the refusal (e.g. "writes").
+    pub fn new(what: &'static str, rate: f64, burst: f64) -> RateLimit {
+        RateLimit { what, rate, burst: burst.max(1.0), buckets: Mutex::new(HashMap::new()) }
     }
 
-    /// Takes one token for `client`, or says how long until one is there.
-    pub fn take(&self, client: &str) -> Result<(), Status> {
+    /// Takes one token for the identity `key` (shown as `who`), or says how long until one is there.
+    pub fn take(&self, key: &str, who: &str) -> Result<(), Status> {
         let now = Instant::now();
         let mut b = self.buckets.lock().map_err(|_| Status::internal("rate limiter poisoned"))?;
-        // A client key is its address or uid: the map stays small, but never let it grow without bound.
+        // A key is a uid, a certificate or a token: the map stays small, but never let it grow without bound.
         if b.len() > 10_000 {
             b.clear();
         }
-        let (tokens, at) = b.entry(client.to_string()).or_insert((self.burst, now));
+        let (tokens, at) = b.entry(key.to_string()).or_insert((self.burst, now));
         *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * self.rate).min(self.burst);
         *at = now;
         if *tokens >= 1.0 {
@@ -121,8 +87,9 @@ impl RateLimit {
             Ok(())
         } else {
             Err(Status::resource_exhausted(format!(
-                "more than {} writes/s from {client}: retry in {:.0} ms",
+                "more than {} {}/s from {who}: retry in {:.0} ms",
                 self.rate,
+                self.what,
                 (1.0 - *tokens) / self.rate * 1e3
             )))
         }
@@ -157,6 +124,9 @@ impl Audit {
             Ok(d) => (true, d.clone()),
             Err(s) => (false, format!("{:?}: {}", s.code(), s.message())),
         };
+        // Client text is capped and escaped here, whatever the caller passed.
+        let detail = rtcell_host::peer_text::printable_line(&detail, 4 * CLIENT_TEXT_CAP);
+        let what = bounded(what);
         let line = serde_json::json!({
             "time": rtcell_report::doc::rfc3339_utc(std::time::SystemTime::now()),
             "client": client,

@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-use tonic::service::interceptor::InterceptedService;
-
+use crate::access::{Access, Authorized, Listener};
 use crate::conn::{Conns, UnixConn};
 use crate::listen::{Addr, bind_unix, capped};
 use crate::pb::gateway_server::GatewayServer;
@@ -30,11 +29,13 @@ const MAX_FRAME_BYTES: u32 = 16 * 1024;
 /// HTTP/2 receive windows (per stream and per connection): how much a client may send ahead.
 const RECEIVE_WINDOW_BYTES: u32 = 1024 * 1024;
 
-/// How clients on TCP prove who they are.
+/// How clients on TCP prove who they are, and which role they get (see [`crate::access`]).
 #[derive(Debug, Clone, Default)]
 pub struct TcpAuth {
-    /// Bearer token (already read from its file).
-    pub token: Option<String>,
+    /// Bearer tokens with their roles (already read from the token file).
+    pub token: Option<crate::access::Tokens>,
+    /// `--tls-role CN=ROLE`: roles of client certificates by subject common name.
+    pub tls_roles: Vec<(String, crate::access::Role)>,
     /// Server certificate and key (PEM), and the CA that signs client certificates: mutual TLS.
     pub tls: Option<TlsFiles>,
 }
@@ -116,19 +117,29 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
         })
         .build()
         .map_err(|e| format!("gateway runtime: {e}"))?;
+    let access = Arc::new(Access {
+        tokens: opts.tcp_auth.token.clone(),
+        tls: opts.tcp_auth.tls.is_some(),
+        cn_roles: opts.tcp_auth.tls_roles.clone(),
+    });
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut bound = Vec::new();
     let mut metrics_bound = None;
     rt.block_on(async {
+        // Every request passes here first: its caller and role, decided once (crate::access).
+        // It also admits the request's connection (lifts its first-request deadline, crate::conn).
+        let authorized = |inner, on, conns: &Arc<Conns>| Authorized {
+            inner,
+            access: Arc::clone(&access),
+            gateway: Arc::clone(&gateway),
+            on,
+            conns: Arc::clone(conns),
+        };
         for a in &opts.listen {
             let conns = Conns::new(Arc::clone(&gateway.counters.closed));
-            // Admits the connection once a request passed authentication (wrapped inside the token check).
-            let svc = InterceptedService::new(
-                GatewayServer::new(Service(Arc::clone(&gateway)))
-                    .max_decoding_message_size(MAX_REQUEST_BYTES)
-                    .max_encoding_message_size(16 << 20),
-                conns.admitter(),
-            );
+            let svc = GatewayServer::new(Service(Arc::clone(&gateway)))
+                .max_decoding_message_size(MAX_REQUEST_BYTES)
+                .max_encoding_message_size(16 << 20);
             let counted = tower::layer::layer_fn({
                 let g = Arc::clone(&gateway);
                 move |inner| Counted { inner, gateway: Arc::clone(&g) }
@@ -151,6 +162,7 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
                 Addr::Unix(p) => {
                     let l = bind_unix(p)?;
                     let incoming = capped(l, MAX_CONNECTIONS, refused, Arc::clone(&conns));
+                    let svc = authorized(svc, Listener::Unix, &conns);
                     let router = builder.layer(counted).add_service(svc);
                     tokio::spawn(router.serve_with_incoming_shutdown(incoming, until));
                     bound.push(a.clone());
@@ -164,13 +176,7 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
                         builder = builder.tls_config(t.clone()).map_err(|e| format!("TLS: {e}"))?;
                     }
                     let incoming = capped(l, MAX_CONNECTIONS, refused, Arc::clone(&conns));
-                    let token = opts.tcp_auth.token.clone();
-                    let svc = InterceptedService::new(svc, move |req: tonic::Request<()>| {
-                        if let Some(t) = &token {
-                            crate::security::check_bearer(t, &req)?;
-                        }
-                        Ok(req)
-                    });
+                    let svc = authorized(svc, Listener::Tcp, &conns);
                     let router = builder.layer(counted).add_service(svc);
                     tokio::spawn(router.serve_with_incoming_shutdown(incoming, until));
                     bound.push(Addr::Tcp(local));
@@ -242,10 +248,7 @@ where
                     .and_then(|v| v.parse::<i32>().ok())
                     .map_or(tonic::Code::Ok, tonic::Code::from_i32);
                 // Method names come from clients: only the API's own are labels.
-                let method = path
-                    .strip_prefix("/rtcell.v1.Gateway/")
-                    .filter(|m| m.len() < 32 && m.chars().all(|c| c.is_ascii_alphanumeric()))
-                    .unwrap_or("(other)");
+                let method = crate::access::method_of(&path);
                 g.counters.request(method, code);
             }
             r

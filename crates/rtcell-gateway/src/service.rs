@@ -9,30 +9,40 @@ use rtcell_shm::SignalError;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::access::caller;
 use crate::deploy::Deployer;
 use crate::metrics::{GatewayCounters, Scrape};
 use crate::pb;
 use crate::pb::gateway_server::Gateway as GatewayApi;
-use crate::runs::{RunSlot, Runner, StartRequest};
-use crate::security::{Audit, RateLimit, client_of};
+use crate::runs::{RunSlot, Runner};
+use crate::security::{Audit, RateLimit, quoted};
 use crate::snapshot;
+use crate::start::ScenarioSources;
+use crate::state::StateDir;
 
-/// Largest scenario text accepted by StartScenario.
-const MAX_SCENARIO_BYTES: usize = 256 * 1024;
+/// Starts, stops, deploys and cell stops per second per identity (bursts of [`CONTROL_BURST`]).
+pub const CONTROL_RATE: f64 = 2.0;
+pub const CONTROL_BURST: f64 = 10.0;
 /// Runs kept for GetResults (the oldest finished ones are forgotten first).
 const KEEP_RUNS: usize = 32;
 
 /// What the gateway serves, shared by every listener.
 pub struct Gateway {
     runs: Mutex<Vec<Arc<RunSlot>>>,
-    runner: Option<Arc<dyn Runner>>,
+    pub(crate) runner: Option<Arc<dyn Runner>>,
     deployer: Option<Deployer>,
-    /// Where scenario texts received by StartScenario are written.
-    spool: Option<PathBuf>,
+    /// Where received payloads and scenario texts are kept, within a budget.
+    pub(crate) state: Option<Arc<StateDir>>,
+    pub(crate) sources: ScenarioSources,
+    /// CPUs never deployed onto: the gateway's and the Linux side's.
+    master_cpus: Vec<usize>,
     pub counters: GatewayCounters,
     writes: tokio::sync::Mutex<()>,
+    /// Writes per identity.
     limit: RateLimit,
-    audit: Audit,
+    /// Starts, stops, deploys and cell stops per identity.
+    control: RateLimit,
+    pub(crate) audit: Audit,
     host: pb::HostInfo,
 }
 
@@ -42,32 +52,32 @@ pub struct GatewayOptions {
     pub runner: Option<Arc<dyn Runner>>,
     /// Private directory for stored payloads and received scenarios; `None`: DeployPayload is refused.
     pub state_dir: Option<PathBuf>,
-    /// Writes per second per client, and burst.
+    /// Writes per second per identity, and burst.
     pub write_rate: f64,
     pub write_burst: f64,
     pub audit: Audit,
+    /// Where StartScenario finds scenarios by name, and C code.
+    pub sources: ScenarioSources,
+    /// CPUs deploys never use (the gateway's own and the Linux side's; e.g. `[0]`).
+    pub master_cpus: Vec<usize>,
 }
 
 impl Gateway {
     pub fn new(opts: GatewayOptions) -> Result<Gateway, String> {
-        let (deployer, spool) = match &opts.state_dir {
-            Some(d) => {
-                crate::listen::private_dir(d)?;
-                let spool = d.join("scenarios");
-                crate::listen::private_dir(&spool)?;
-                (Some(Deployer::new(&d.join("payloads"))?), Some(spool))
-            }
-            None => (None, None),
-        };
+        let state = opts.state_dir.as_deref().map(StateDir::open).transpose()?.map(Arc::new);
+        let deployer = state.as_ref().map(|s| Deployer::new(Arc::clone(s)));
         let facts = rtcell_host::facts::HostFacts::collect(None);
         Ok(Gateway {
             runs: Mutex::new(Vec::new()),
             runner: opts.runner,
             deployer,
-            spool,
+            state,
+            sources: opts.sources,
+            master_cpus: opts.master_cpus,
             counters: GatewayCounters::default(),
             writes: tokio::sync::Mutex::new(()),
-            limit: RateLimit::new(opts.write_rate, opts.write_burst),
+            limit: RateLimit::new("writes", opts.write_rate, opts.write_burst),
+            control: RateLimit::new("starts, stops and deploys", CONTROL_RATE, CONTROL_BURST),
             audit: opts.audit,
             host: pb::HostInfo {
                 hostname: rtcell_host::facts::hostname(),
@@ -93,6 +103,15 @@ impl Gateway {
         }
     }
 
+    /// The files of the state directory that running cells and runs use.
+    pub(crate) fn in_use(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = self.deployer.as_ref().map(|d| d.stored()).unwrap_or_default();
+        if let Ok(runs) = self.runs.lock() {
+            v.extend(runs.iter().filter_map(|r| r.spooled()));
+        }
+        v
+    }
+
     /// The latest run.
     pub fn current(&self) -> Option<Arc<RunSlot>> {
         self.runs.lock().ok().and_then(|r| r.last().cloned())
@@ -109,7 +128,8 @@ impl Gateway {
         runs.iter().find(|r| r.id == id).cloned().ok_or_else(|| {
             let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
             Status::not_found(format!(
-                "no run {id:?} here (known: {})",
+                "no run {} here (known: {})",
+                quoted(id),
                 if ids.is_empty() { "none".into() } else { ids.join(", ") }
             ))
         })
@@ -214,7 +234,8 @@ impl GatewayApi for Service {
         let sig = live.plan.signals.iter().find(|s| &s.name == name).ok_or_else(|| {
             let known: Vec<&str> = live.plan.signals.iter().map(|s| s.name.as_str()).collect();
             Status::not_found(format!(
-                "no signal {name:?} (signals: {})",
+                "no signal {} (signals: {})",
+                quoted(name),
                 if known.is_empty() { "none".into() } else { known.join(", ") }
             ))
         })?;
@@ -250,13 +271,13 @@ impl GatewayApi for Service {
     }
 
     async fn write_signal(&self, req: Request<pb::WriteSignalRequest>) -> Result<Response<pb::WriteAck>, Status> {
-        let client = client_of(&req);
+        let who = caller(&req)?;
         let r = req.into_inner();
         let what =
             serde_json::json!({ "signal": r.name, "values": r.values.iter().map(value_json).collect::<Vec<_>>() });
-        let res = self.write(&client, &r).await;
+        let res = self.write(&who, &r).await;
         self.0.audit.log(
-            &client,
+            &who.id,
             "write",
             what,
             &res.as_ref()
@@ -277,13 +298,12 @@ impl GatewayApi for Service {
     }
 
     async fn start_scenario(&self, req: Request<pb::StartScenarioRequest>) -> Result<Response<pb::RunInfo>, Status> {
-        let client = client_of(&req);
+        let who = caller(&req)?;
         let r = req.into_inner();
-        let what =
-            serde_json::json!({ "path": r.path, "toml_bytes": r.toml.len(), "duration": r.duration, "kinds": r.kinds });
-        let res = self.start(r);
+        let what = serde_json::json!({ "path": r.path, "toml_bytes": r.toml.len(), "base_dir": r.base_dir, "duration": r.duration, "kinds": r.kinds });
+        let res = self.0.control.take(&who.key, &who.id).and_then(|()| self.0.start_scenario(r));
         self.0.audit.log(
-            &client,
+            &who.id,
             "start",
             what,
             &res.as_ref().map(|i| format!("run {}", i.run_id)).map_err(Clone::clone),
@@ -292,7 +312,8 @@ impl GatewayApi for Service {
     }
 
     async fn stop_scenario(&self, req: Request<pb::StopScenarioRequest>) -> Result<Response<pb::RunInfo>, Status> {
-        let client = client_of(&req);
+        let who = caller(&req)?;
+        self.0.control.take(&who.key, &who.id)?;
         let slot = self.0.find(&req.get_ref().run_id)?;
         if slot.outcome().is_some() {
             return Err(Status::failed_precondition(format!("run {} has already ended ({})", slot.id, slot.state())));
@@ -300,7 +321,7 @@ impl GatewayApi for Service {
         slot.request_stop();
         let res: Result<pb::RunInfo, Status> = Ok(snapshot::run_info(&slot));
         self.0.audit.log(
-            &client,
+            &who.id,
             "stop",
             serde_json::json!({ "run": slot.id }),
             &res.as_ref().map(|_| "stop requested".to_string()).map_err(Clone::clone),
@@ -312,8 +333,8 @@ impl GatewayApi for Service {
         &self,
         req: Request<pb::DeployPayloadRequest>,
     ) -> Result<Response<pb::DeployedCell>, Status> {
-        let client = client_of(&req);
-        self.0.limit.take(&client)?;
+        let who = caller(&req)?;
+        self.0.control.take(&who.key, &who.id)?;
         let r = req.into_inner();
         let sha = crate::security::hex(&<sha2::Sha256 as sha2::Digest>::digest(&r.elf));
         let what = serde_json::json!({ "bytes": r.elf.len(), "sha256": sha, "cpu": r.cpu, "name": r.name });
@@ -322,7 +343,11 @@ impl GatewayApi for Service {
             let Some(d) = &g.deployer else {
                 return Err(Status::failed_precondition("this gateway does not deploy payloads: run `rtcell serve`"));
             };
-            let mut busy: Vec<(usize, String)> = Vec::new();
+            let mut busy: Vec<(usize, String)> = g
+                .master_cpus
+                .iter()
+                .map(|c| (*c, "the gateway and the Linux side (the master CPU)".to_string()))
+                .collect();
             if let Some(l) = g.current().filter(|s| s.outcome().is_none()).and_then(|s| s.live().cloned()) {
                 busy.extend(l.plan.cells.iter().map(|c| (c.cpu, format!("cell {:?} of the running scenario", c.name))));
                 busy.push((l.plan.master_cpu, "the running scenario's Linux-side tasks".to_string()));
@@ -335,7 +360,7 @@ impl GatewayApi for Service {
             self.0.counters.deploys.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.0.audit.log(
-            &client,
+            &who.id,
             "deploy",
             what,
             &res.as_ref()
@@ -346,7 +371,8 @@ impl GatewayApi for Service {
     }
 
     async fn stop_cell(&self, req: Request<pb::StopCellRequest>) -> Result<Response<pb::DeployedCell>, Status> {
-        let client = client_of(&req);
+        let who = caller(&req)?;
+        self.0.control.take(&who.key, &who.id)?;
         let name = req.into_inner().name;
         let g = Arc::clone(&self.0);
         let n2 = name.clone();
@@ -357,7 +383,7 @@ impl GatewayApi for Service {
         .await
         .map_err(|e| Status::internal(format!("stop task: {e}")))?;
         self.0.audit.log(
-            &client,
+            &who.id,
             "stop-cell",
             serde_json::json!({ "cell": name }),
             &res.as_ref().map(|c| c.status.clone()).map_err(Clone::clone),
@@ -392,79 +418,14 @@ impl GatewayApi for Service {
 }
 
 impl Service {
-    async fn write(&self, client: &str, r: &pb::WriteSignalRequest) -> Result<pb::WriteAck, Status> {
-        self.0.limit.take(client)?;
+    async fn write(&self, who: &crate::access::Caller, r: &pb::WriteSignalRequest) -> Result<pb::WriteAck, Status> {
+        self.0.limit.take(&who.key, &who.id)?;
         let (_, live) = self.0.running()?;
         let (sig, values) = crate::write::check(&live.plan, r)?;
         let wait = crate::write::ack_wait(&live, sig, r.timeout_ms);
         // One write at a time: each acknowledgement then answers exactly one write.
         let _one = self.0.writes.lock().await;
         crate::write::write_and_confirm(&live, sig, &values, wait).await
-    }
-
-    fn start(&self, r: pb::StartScenarioRequest) -> Result<pb::RunInfo, Status> {
-        let Some(runner) = &self.0.runner else {
-            return Err(Status::failed_precondition(
-                "this gateway serves one run (rtcell run --serve); start scenarios through `rtcell serve`",
-            ));
-        };
-        if let Some(cur) = self.0.current()
-            && cur.outcome().is_none()
-        {
-            return Err(Status::failed_precondition(format!(
-                "run {} ({}) is {}: stop it first (rtcell ctl stop)",
-                cur.id,
-                cur.scenario,
-                cur.state()
-            )));
-        }
-        let path = match (r.path.is_empty(), r.toml.is_empty()) {
-            (false, true) => PathBuf::from(&r.path),
-            (true, false) => {
-                if r.toml.len() > MAX_SCENARIO_BYTES {
-                    return Err(Status::invalid_argument(format!(
-                        "scenario text of {} bytes: at most {MAX_SCENARIO_BYTES}",
-                        r.toml.len()
-                    )));
-                }
-                let spool = self
-                    .0
-                    .spool
-                    .as_ref()
-                    .ok_or_else(|| Status::failed_precondition("no state directory to keep the scenario in"))?;
-                let base = if r.base_dir.is_empty() {
-                    std::env::current_dir().unwrap_or_default()
-                } else {
-                    PathBuf::from(&r.base_dir)
-                };
-                if !base.is_dir() {
-                    return Err(Status::invalid_argument(format!(
-                        "base_dir {}: not a directory on the gateway's machine",
-                        base.display()
-                    )));
-                }
-                // The file must sit in base_dir for its relative paths; the spool keeps a copy.
-                let sha = crate::security::hex(&<sha2::Sha256 as sha2::Digest>::digest(r.toml.as_bytes()));
-                let keep = spool.join(format!("{}.toml", &sha[..16]));
-                std::fs::write(&keep, &r.toml).map_err(|e| Status::internal(format!("{}: {e}", keep.display())))?;
-                if r.base_dir.is_empty() {
-                    keep
-                } else {
-                    let p = base.join(format!(".rtcell-api-{}.toml", &sha[..16]));
-                    std::fs::write(&p, &r.toml).map_err(|e| Status::internal(format!("{}: {e}", p.display())))?;
-                    p
-                }
-            }
-            _ => {
-                return Err(Status::invalid_argument(
-                    "give either `path` (a file on the gateway's machine) or `toml` (the scenario's text), not both",
-                ));
-            }
-        };
-        let req = StartRequest { path, duration: (!r.duration.is_empty()).then_some(r.duration), kinds: r.kinds };
-        let slot = runner.start(req).map_err(Status::invalid_argument)?;
-        self.0.add_run(Arc::clone(&slot));
-        Ok(snapshot::run_info(&slot))
     }
 }
 

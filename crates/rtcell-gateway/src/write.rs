@@ -20,7 +20,12 @@ const ACK_POLL: Duration = Duration::from_micros(200);
 pub fn check<'p>(plan: &'p Plan, req: &pb::WriteSignalRequest) -> Result<(&'p PlanSignal, Vec<f64>), Status> {
     let sig = plan.signals.iter().find(|s| s.name == req.name).ok_or_else(|| {
         let known: Vec<&str> = plan.signals.iter().filter(|s| s.writable.is_some()).map(|s| s.name.as_str()).collect();
-        Status::not_found(format!("no signal {:?} in scenario {:?} (writable: {})", req.name, plan.name, list(&known)))
+        Status::not_found(format!(
+            "no signal {} in scenario {:?} (writable: {})",
+            crate::security::quoted(&req.name),
+            plan.name,
+            list(&known)
+        ))
     })?;
     let Some(w) = &sig.writable else {
         return Err(Status::permission_denied(format!(

@@ -13,5 +13,8 @@ pub mod run;
 
 pub use file::Diag;
 pub use live::{CellSnapshot, Live};
-pub use plan::{HostView, Invalid, Plan, load, load_with, parse_duration, validate_text, validate_text_with};
+pub use plan::{
+    HostView, Invalid, Origin, Plan, load, load_from, load_with, parse_duration, validate_text, validate_text_from,
+    validate_text_with,
+};
 pub use run::{RunResult, StartError, run, run_observed};

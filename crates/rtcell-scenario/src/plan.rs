@@ -14,9 +14,11 @@ use crate::file::{Diag, RawScenario, RawService, RawWork, Spans, parse};
 
 mod com;
 mod limits;
+mod origin;
 mod writable;
 pub use com::{PlanCom, PlanComSignal};
-pub use limits::{MAX_FILE_BYTES, MAX_SCENARIO_NAME};
+pub use limits::{MAX_FILE_BYTES, MAX_SCENARIO_NAME, scenario_name_problem};
+pub use origin::Origin;
 
 /// The name tasks use for the Linux side (the master CPU).
 pub const LINUX: &str = "linux";
@@ -222,9 +224,14 @@ pub fn load(path: &Path, host: &HostView) -> Result<Plan, Invalid> {
 
 /// Reads and validates `path`, with cells' kinds overridden: `(cell, kind)` pairs (`rtcell run --kind`).
 pub fn load_with(path: &Path, host: &HostView, kinds: &[(String, String)]) -> Result<Plan, Invalid> {
+    load_from(path, host, kinds, &Origin::Operator)
+}
+
+/// [`load_with`] for a scenario of the given [`Origin`] (what it may load is decided by it).
+pub fn load_from(path: &Path, host: &HostView, kinds: &[(String, String)], origin: &Origin) -> Result<Plan, Invalid> {
     let file = path.display().to_string();
     let text = limits::read_capped(path).map_err(|d| Invalid { file: file.clone(), diags: vec![d] })?;
-    validate_text_with(&text, path, host, kinds)
+    validate_text_from(&text, path, host, kinds, origin)
 }
 
 /// Validates the text of a scenario file named `path`.
@@ -238,6 +245,17 @@ pub fn validate_text_with(
     path: &Path,
     host: &HostView,
     kinds: &[(String, String)],
+) -> Result<Plan, Invalid> {
+    validate_text_from(text, path, host, kinds, &Origin::Operator)
+}
+
+/// [`validate_text_with`] for a scenario of the given [`Origin`].
+pub fn validate_text_from(
+    text: &str,
+    path: &Path,
+    host: &HostView,
+    kinds: &[(String, String)],
+    origin: &Origin,
 ) -> Result<Plan, Invalid> {
     let file = path.display().to_string();
     if let Some(d) = limits::too_large(text.len()) {
@@ -263,7 +281,7 @@ pub fn validate_text_with(
             c.fallback = None;
         }
     }
-    let mut v = Validator { spans: &spans, diags: Vec::new() };
+    let mut v = Validator { spans: &spans, diags: Vec::new(), origin };
     let plan = v.plan(&raw, path, host);
     if v.diags.is_empty() {
         Ok(plan)
@@ -276,6 +294,7 @@ pub fn validate_text_with(
 struct Validator<'a> {
     spans: &'a Spans,
     diags: Vec<Diag>,
+    origin: &'a Origin,
 }
 
 /// A channel or signal name: what the region accepts, and no clash with the names rtcell reserves.
@@ -537,7 +556,7 @@ impl Validator<'_> {
         let mut param_readers: BTreeMap<String, String> = BTreeMap::new();
         let taken: BTreeSet<&str> = raw.channels.keys().chain(raw.signals.keys()).map(|k| k.as_str()).collect();
         let coms = self.com_channels(&raw.com, &taken);
-        let scenario_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let scenario_dir = self.origin.base_dir(path);
         // C tasks of kvm cells: task name → (payload file, COM channels).
         let mut kvm_c: BTreeMap<String, (PathBuf, Vec<String>)> = BTreeMap::new();
         let signal_values: BTreeMap<&str, u32> = raw.signals.iter().map(|(k, v)| (k.as_str(), v.values)).collect();
@@ -810,6 +829,7 @@ impl Validator<'_> {
                 RawWork::C { library, init, step, payload, com } => {
                     let com = self.c_task_com(&format!("{p}.workload.com"), com.as_ref(), &coms);
                     let kind = cell_by_name.get(t.cell.as_str()).map(|c| c.kind);
+                    self.c_code_allowed(&p, kind);
                     if t.cell == LINUX {
                         self.err(
                             &format!("{p}.cell"),
@@ -829,6 +849,9 @@ impl Validator<'_> {
                         };
                         let abs = scenario_dir.join(f);
                         let abs = abs.canonicalize().unwrap_or(abs);
+                        if !v.code_file_allowed(&path, &abs) {
+                            return None;
+                        }
                         if !abs.is_file() {
                             v.err(&path, format!("no file {}", abs.display()), "build it first (see examples/c-controller/README.md), or fix the path: it is relative to the scenario file");
                         }

@@ -4,214 +4,19 @@
 //! bad input that never disturbs the running cells.
 
 mod common;
+#[path = "common/gw.rs"]
+mod gw;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use rtcell_gateway::client::{Connect, connect};
+use gw::*;
+use rtcell_gateway::client::connect;
 use rtcell_gateway::listen::Addr;
 use rtcell_gateway::pb;
 use tonic::Code;
-
-/// A scenario with writable signals of each type, read by a cell task and by a Linux-side task.
-const SCENARIO: &str = r#"
-name = "gw"
-duration_s = 60
-
-[cells.plc]
-kind = "thread"
-cpu = 1
-
-[signals.out]
-values = 1
-
-[signals."op.limit"]
-values = 1
-writable = true
-min = 0.0
-max = 100.0
-
-[signals."op.enable"]
-values = 1
-writable = true
-type = "bool"
-
-[signals."op.count"]
-values = 2
-writable = true
-type = "i64"
-min = -10
-max = 10
-
-[tasks.high]
-cell = "plc"
-period_us = 1000
-priority = 80
-workload = { kind = "spin", us = 5 }
-output = "out"
-params = ["op.limit", "op.enable"]
-
-[tasks.side]
-cell = "linux"
-period_us = 2000
-priority = 70
-workload = { kind = "spin", us = 5 }
-params = ["op.count"]
-"#;
-
-/// A gateway process; killed (and waited for) on drop.
-struct Served {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    dir: tempfile::TempDir,
-}
-
-impl Served {
-    /// Starts `rtcell ARGS` and waits until it announced `want` listeners.
-    fn start(args: &[String], want: usize, dir: tempfile::TempDir) -> Served {
-        let mut child =
-            common::rtcell().args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("rtcell starts");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let err = child.stderr.take().unwrap();
-        let l2 = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                l2.lock().unwrap().push(line);
-            }
-        });
-        let mut s = Served { child, lines, dir };
-        let t0 = Instant::now();
-        while s.announced().len() < want {
-            if let Ok(Some(st)) = s.child.try_wait() {
-                std::thread::sleep(Duration::from_millis(100));
-                panic!("rtcell exited ({st}) before serving:\n{}", s.log());
-            }
-            assert!(t0.elapsed() < Duration::from_secs(60), "no gateway after 60 s:\n{}", s.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-
-    fn log(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    /// The listeners it announced (gRPC addresses and the metrics URL).
-    fn announced(&self) -> Vec<String> {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|l| {
-                l.strip_prefix("gateway: gRPC on ").or_else(|| l.strip_prefix("gateway: Prometheus metrics on "))
-            })
-            .map(String::from)
-            .collect()
-    }
-
-    fn grpc(&self, scheme: &str) -> Addr {
-        let a = self.announced().into_iter().find(|a| a.starts_with(scheme)).expect("announced");
-        Addr::parse(&a).unwrap()
-    }
-
-    fn metrics_url(&self) -> String {
-        self.announced().into_iter().find(|a| a.starts_with("http://")).expect("metrics announced")
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        // SAFETY: sending SIGTERM to our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(20) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
-}
-
-fn unix(addr: &Addr) -> Connect {
-    Connect { addr: addr.clone(), token: None, tls: None, timeout: Duration::from_secs(5) }
-}
-
-/// `rtcell serve` on a socket in a fresh private directory, metrics on a free port.
-fn serve(extra: &[&str]) -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    std::fs::write(dir.path().join("gw.toml"), SCENARIO).unwrap();
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--listen".into(),
-        format!("unix:{}", dir.path().join("sock/gw.sock").display()),
-        "--state-dir".into(),
-        dir.path().join("state").display().to_string(),
-        "--out-root".into(),
-        dir.path().join("out").display().to_string(),
-        "--metrics".into(),
-        "127.0.0.1:0".into(),
-        "--audit-log".into(),
-        dir.path().join("audit.log").display().to_string(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let want = 2 + extra.iter().filter(|a| a.starts_with("tcp://")).count();
-    Served::start(&args, want, dir)
-}
-
-async fn start_and_wait(c: &mut rtcell_gateway::client::Client, path: &Path) -> pb::RunInfo {
-    c.start_scenario(pb::StartScenarioRequest {
-        path: path.display().to_string(),
-        duration: "60s".into(),
-        ..Default::default()
-    })
-    .await
-    .expect("scenario starts");
-    let t0 = Instant::now();
-    loop {
-        let st = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
-        let run = st.run.unwrap();
-        if run.state == "running" && run.elapsed_s > 0.2 {
-            return run;
-        }
-        assert!(run.state == "starting" || run.state == "running", "run did not start: {run:?}");
-        assert!(t0.elapsed() < Duration::from_secs(30), "run not running after 30 s: {run:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn f64v(x: f64) -> pb::Value {
-    pb::Value { kind: Some(pb::value::Kind::F64(x)) }
-}
-fn i64v(x: i64) -> pb::Value {
-    pb::Value { kind: Some(pb::value::Kind::I64(x)) }
-}
-fn boolv(x: bool) -> pb::Value {
-    pb::Value { kind: Some(pb::value::Kind::Bool(x)) }
-}
-
-async fn write(
-    c: &mut rtcell_gateway::client::Client,
-    name: &str,
-    values: Vec<pb::Value>,
-) -> Result<pb::WriteAck, tonic::Status> {
-    c.write_signal(pb::WriteSignalRequest { name: name.into(), values, timeout_ms: 0 }).await.map(|r| r.into_inner())
-}
 
 #[test]
 fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
@@ -231,22 +36,15 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
         // A scenario that does not validate is refused with its problems.
         let bad = s.path("bad.toml");
         std::fs::write(&bad, "name = \"x\"\nduration_s = 0\n").unwrap();
-        let e = c
-            .start_scenario(pb::StartScenarioRequest { path: bad.display().to_string(), ..Default::default() })
-            .await
-            .unwrap_err();
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "bad".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains("nothing was started"), "{e:?}");
 
         let run = start_and_wait(&mut c, &s.path("gw.toml")).await;
         // A second start while one runs is refused.
-        let e = c
-            .start_scenario(pb::StartScenarioRequest {
-                path: s.path("gw.toml").display().to_string(),
-                ..Default::default()
-            })
-            .await
-            .unwrap_err();
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "gw".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
 
         let st = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
@@ -328,12 +126,18 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
             c.read_signal(pb::ReadSignalRequest { name: "zzz".into() }).await.unwrap_err().code(),
             Code::NotFound
         );
-        // No deploy without a payload.
+        // No deploy without a payload, and none onto the master CPU.
+        let e = c
+            .deploy_payload(pb::DeployPayloadRequest { elf: Vec::new(), cpu: 1, ..Default::default() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         let e = c
             .deploy_payload(pb::DeployPayloadRequest { elf: b"\x7fELF garbage".to_vec(), cpu: 0, ..Default::default() })
             .await
             .unwrap_err();
-        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("master CPU"), "{e:?}");
 
         // Metrics, parsed by a Prometheus text-format parser.
         let text = http_get(&s.metrics_url());
@@ -420,10 +224,6 @@ fn value(m: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> O
     )
 }
 
-fn tcp(addr: &Addr, token: Option<&str>, tls: Option<rtcell_gateway::client::ClientTls>) -> Connect {
-    Connect { addr: addr.clone(), token: token.map(String::from), tls, timeout: Duration::from_secs(5) }
-}
-
 #[test]
 fn tcp_needs_a_token_that_is_not_world_readable() {
     let dir = tempfile::tempdir().unwrap();
@@ -460,43 +260,6 @@ fn tcp_needs_a_token_that_is_not_world_readable() {
             "{text}"
         );
     });
-}
-
-/// A CA and certificates signed by it, written as PEM files in `dir`.
-struct Pki {
-    ca: PathBuf,
-    server: (PathBuf, PathBuf),
-    client: (PathBuf, PathBuf),
-}
-
-fn pki(dir: &Path, tag: &str) -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, format!("rtcell test CA {tag}"));
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf = |names: Vec<String>, eku: ExtendedKeyUsagePurpose, cn: &str| {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(names).unwrap();
-        p.distinguished_name.push(DnType::CommonName, cn);
-        p.extended_key_usages = vec![eku];
-        let cert = p.signed_by(&key, &issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
-    let write = |name: &str, text: &str| {
-        let p = dir.join(format!("{tag}-{name}"));
-        std::fs::write(&p, text).unwrap();
-        p
-    };
-    let (sc, sk) = leaf(vec!["localhost".into(), "127.0.0.1".into()], ExtendedKeyUsagePurpose::ServerAuth, "gateway");
-    let (cc, ck) = leaf(vec!["operator".into()], ExtendedKeyUsagePurpose::ClientAuth, "operator");
-    Pki {
-        ca: write("ca.pem", &ca.pem()),
-        server: (write("server.pem", &sc), write("server.key", &sk)),
-        client: (write("client.pem", &cc), write("client.key", &ck)),
-    }
 }
 
 #[test]
@@ -538,14 +301,13 @@ fn tcp_with_mutual_tls_admits_only_clients_of_its_ca() {
         };
         assert!(refused, "a plain-text client was let in");
     });
-    // The audit log names the certificate of a writer; here, the start of a scenario.
+    // The audit log names the certificate of a caller; here, the start of a scenario, refused: a
+    // certificate without a role is a viewer.
     rt().block_on(async {
         let mut c = connect(&tcp(&addr, None, Some(tls(&good)))).await.unwrap();
-        let e = c
-            .start_scenario(pb::StartScenarioRequest { path: "/nonexistent.toml".into(), ..Default::default() })
-            .await
-            .unwrap_err();
-        assert_eq!(e.code(), Code::InvalidArgument);
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "gw".into(), ..Default::default() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     });
     let audit = std::fs::read_to_string(s.path("audit.log")).unwrap();
     assert!(audit.contains("\"client\":\"tls 127.0.0.1:"), "{audit}");
@@ -758,7 +520,7 @@ fn run_serve_and_ctl_show_and_steer_a_run_from_the_command_line() {
     let o = ctl(&["stats"]);
     let t = common::text(&o);
     assert!(t.contains("high") && t.contains("lat p99.9 µs") && t.contains("one-way"), "{t}");
-    let o = ctl(&["start", file.to_str().unwrap()]);
+    let o = ctl(&["start", "gw"]);
     assert!(common::text(&o).contains("serves one run"), "{}", common::text(&o));
     let o = ctl(&["metrics"]);
     assert!(common::text(&o).contains("rtcell_task_cycles_total{task=\"high\",cell=\"plc\"}"), "{}", common::text(&o));

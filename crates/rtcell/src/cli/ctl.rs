@@ -19,12 +19,15 @@ pub const CTL_HELP: &str = "Examples:
   rtcell ctl stats --watch 2
   rtcell ctl get plc.limit
   rtcell ctl set plc.limit=42.5
-  rtcell ctl start examples/offload.toml --duration 30s
+  rtcell ctl start offload --duration 30s         # a scenario of the gateway's --scenario-dir
+  rtcell ctl start --file my-line.toml            # send a scenario's text
   rtcell ctl deploy ctrl.elf --cpu 1
   rtcell ctl results > results.json
   rtcell ctl --connect tcp://rt-box:7447 --token-file ~/.rtcell-token stats
 
-The gateway is --connect ADDR if given, else $RTCELL_GATEWAY, else the default Unix socket of `rtcell serve`.";
+The gateway is --connect ADDR if given, else $RTCELL_GATEWAY, else the default Unix socket of `rtcell serve`.
+What a client may do depends on its role (viewer, operator, admin: see `rtcell serve --help`); a call above
+it is refused with permission_denied, naming the role it needs.";
 
 #[derive(Args)]
 pub struct CtlArgs {
@@ -75,18 +78,20 @@ enum CtlCmd {
         #[arg(long, default_value_t = 0)]
         timeout_ms: u32,
     },
-    /// Start a scenario on the gateway (`rtcell serve`).
+    /// Start a scenario on the gateway (`rtcell serve`): one of its --scenario-dir by NAME, or the text of
+    /// a file of yours (--file). C tasks of those run only in process or kvm cells, with libraries from the
+    /// gateway's --library-dir (relative paths in a sent file resolve there).
+    #[command(group = clap::ArgGroup::new("scenario").required(true).args(["name", "file"]))]
     Start {
-        /// The scenario file. Over a Unix socket the gateway reads it itself; over TCP its text is sent
-        /// (paths in it are then relative to --base-dir on the gateway's machine).
-        file: PathBuf,
+        /// The scenario's name on the gateway (the file NAME.toml of its --scenario-dir).
+        name: Option<String>,
+        /// Send this scenario file's text instead.
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
         #[arg(long)]
         duration: Option<String>,
         #[arg(long = "kind", value_name = "CELL=KIND")]
         kinds: Vec<String>,
-        /// Directory on the gateway's machine that relative paths in a sent scenario refer to.
-        #[arg(long)]
-        base_dir: Option<String>,
     },
     /// Stop the current run (or RUN) early; its results are written, marked incomplete.
     Stop { run: Option<String> },
@@ -146,7 +151,7 @@ pub fn main(a: CtlArgs) -> i32 {
                 return 1;
             }
         };
-        match run(&mut c, a.cmd, a.json, &addr).await {
+        match run(&mut c, a.cmd, a.json).await {
             Ok(code) => code,
             Err(Fail::Usage(m)) => usage(m),
             Err(Fail::Status(s)) => {
@@ -173,7 +178,17 @@ impl From<tonic::Status> for Fail {
     }
 }
 
-async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool, addr: &Addr) -> Result<i32, Fail> {
+/// A scenario file's text, capped as the scenario reader caps files.
+fn read_scenario(f: &std::path::Path) -> Result<String, Fail> {
+    let max = rtcell_scenario::plan::MAX_FILE_BYTES;
+    let meta = std::fs::metadata(f).map_err(|e| Fail::Usage(format!("{}: {e}", f.display())))?;
+    if !meta.is_file() || meta.len() > max as u64 {
+        return Err(Fail::Usage(format!("{}: not a scenario file of at most {max} bytes", f.display())));
+    }
+    std::fs::read_to_string(f).map_err(|e| Fail::Usage(format!("{}: {e}", f.display())))
+}
+
+async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool) -> Result<i32, Fail> {
     match cmd {
         CtlCmd::Status => {
             let s = c.get_status(pb::GetStatusRequest {}).await?.into_inner();
@@ -247,20 +262,20 @@ async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool, ad
                 );
             }
         }
-        CtlCmd::Start { file, duration, kinds, base_dir } => {
+        CtlCmd::Start { name, file, duration, kinds } => {
             let mut req =
                 pb::StartScenarioRequest { duration: duration.unwrap_or_default(), kinds, ..Default::default() };
-            match addr {
-                Addr::Unix(_) => {
-                    let abs =
-                        std::fs::canonicalize(&file).map_err(|e| Fail::Usage(format!("{}: {e}", file.display())))?;
-                    req.path = abs.display().to_string();
+            match (name, file) {
+                (Some(n), _) if n.contains('/') => {
+                    return Err(Fail::Usage(format!(
+                        "{n:?} is a path: give a scenario name of the gateway's --scenario-dir, or --file {n} to send its text"
+                    )));
                 }
-                Addr::Tcp(_) => {
-                    req.toml =
-                        std::fs::read_to_string(&file).map_err(|e| Fail::Usage(format!("{}: {e}", file.display())))?;
-                    req.base_dir = base_dir.unwrap_or_default();
+                (Some(n), _) => req.path = n,
+                (None, Some(f)) => {
+                    req.toml = read_scenario(&f)?;
                 }
+                (None, None) => return Err(Fail::Usage("give a scenario NAME or --file FILE".into())),
             }
             let r = c.start_scenario(req).await?.into_inner();
             println!("run {} ({}) {}: results will be in {}", r.run_id, r.scenario, r.state, r.out_dir);

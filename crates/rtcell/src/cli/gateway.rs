@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::Args;
 use rtcell_gateway::listen::{Addr, default_socket};
 use rtcell_gateway::server::{Running, ServeOptions, TcpAuth, TlsFiles};
+use rtcell_gateway::start::ScenarioSources;
 use rtcell_gateway::{Gateway, GatewayOptions, RunOutcome, RunSlot, Runner, StartRequest};
 use rtcell_host::tsc::TscClock;
 use rtcell_scenario::Plan;
@@ -17,22 +18,34 @@ use rtcell_scenario::Plan;
 use super::{EXIT_USAGE, install_ctrlc};
 
 pub const SERVE_HELP: &str = "Examples:
-  rtcell serve                                      # Unix socket only (see below)
-  rtcell serve --metrics 127.0.0.1:9464             # and Prometheus /metrics
-  rtcell serve --listen tcp://0.0.0.0:7447 --token-file /etc/rtcell/token
-  rtcell serve --listen tcp://0.0.0.0:7447 --tls-cert gw.pem --tls-key gw.key --tls-client-ca ca.pem
+  rtcell serve --scenario-dir examples               # Unix socket only (see below)
+  rtcell serve --scenario-dir /etc/rtcell/scenarios --library-dir /opt/rtcell/lib --metrics 127.0.0.1:9464
+  rtcell serve --listen tcp://0.0.0.0:7447 --token-file /etc/rtcell/tokens
+  rtcell serve --listen tcp://0.0.0.0:7447 --tls-cert gw.pem --tls-key gw.key --tls-client-ca ca.pem \\
+               --tls-role ops-console=operator --tls-role ci=admin
 
-Then: rtcell ctl start examples/offload.toml; rtcell ctl stats; rtcell ctl deploy payload.elf --cpu 1.
+Then: rtcell ctl start offload; rtcell ctl stats; rtcell ctl deploy payload.elf --cpu 1.
+
+Roles: viewer (status, statistics, signal reads, results, metrics), operator (+ signal writes, scenario \
+start and stop), admin (+ payload deploys, stop-cell). The token file holds `ROLE TOKEN` lines (a file of \
+one bare token: admin); a client certificate's role is its SAN URI urn:rtcell:role:ROLE, else its CN mapped \
+by --tls-role CN=ROLE, else viewer; Unix-socket clients (the server's own user or root) are admin.
+
+Clients start scenarios by name (a file NAME.toml of --scenario-dir) or send a scenario text; C tasks of \
+those run only in process or kvm cells, from --library-dir. Payloads and scenario texts are kept in the \
+state directory (at most 64 MiB, oldest unused items removed first). Deploys never use the gateway's CPUs \
+(--cpus, default 0) nor a CPU a run holds.
 
 The Unix socket is created 0600 in a directory only its owner may enter: $XDG_RUNTIME_DIR/rtcell/\
 gateway.sock, else /run/rtcell/gateway.sock for root, else /tmp/rtcell-UID/gateway.sock. TCP is refused \
-unless a bearer token file (not world-readable) or mutual TLS is given. Every write, start, stop and deploy \
-is logged (stderr, and --audit-log FILE).";
+unless a bearer token file (not world-readable) or mutual TLS is given. Every write, start, stop, deploy \
+and refused call is logged (stderr, and --audit-log FILE).";
 
 /// Options shared by `rtcell run --serve` and `rtcell serve`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct GatewayFlags {
-    /// Bearer token file for TCP clients (one word, at least 16 characters; refused if world-readable).
+    /// Bearer tokens for TCP clients: `ROLE TOKEN` lines (viewer, operator, admin; tokens of at least 16
+    /// characters; `#` comments), or one bare token (admin). Refused if world-readable.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Server certificate (PEM) for TCP with mutual TLS.
@@ -44,13 +57,17 @@ pub struct GatewayFlags {
     /// CA that signs the certificates clients must present (PEM).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Role of client certificates by subject CN, e.g. --tls-role ops-console=operator (repeatable; a SAN
+    /// URI urn:rtcell:role:ROLE in the certificate wins; neither: viewer).
+    #[arg(long, value_name = "CN=ROLE", requires = "tls_cert")]
+    pub tls_role: Vec<String>,
     /// Serve Prometheus /metrics over plain HTTP at this address (e.g. 127.0.0.1:9464).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics: Option<std::net::SocketAddr>,
     /// Append the audit log (every write, start, stop and deploy, as JSON lines) to this file too.
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
-    /// Signal writes per second allowed per client (bursts of the same number).
+    /// Signal writes per second allowed per identity (uid, certificate or token; bursts of the same number).
     #[arg(long, default_value_t = 200.0, value_name = "N")]
     pub write_rate: f64,
 }
@@ -81,7 +98,9 @@ impl ServeArgs {
 }
 
 fn options(listen: &[Addr], f: &GatewayFlags, cpus: Vec<usize>) -> Result<ServeOptions, String> {
-    let token = f.token_file.as_deref().map(rtcell_gateway::security::read_token_file).transpose()?;
+    let token = f.token_file.as_deref().map(rtcell_gateway::access::read_token_file).transpose()?;
+    let tls_roles =
+        f.tls_role.iter().map(|r| rtcell_gateway::access::parse_tls_role(r)).collect::<Result<Vec<_>, _>>()?;
     let tls = match (&f.tls_cert, &f.tls_key, &f.tls_client_ca) {
         (Some(cert), Some(key), Some(ca)) => {
             Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: ca.clone() })
@@ -95,12 +114,29 @@ fn options(listen: &[Addr], f: &GatewayFlags, cpus: Vec<usize>) -> Result<ServeO
     if !(f.write_rate > 0.0 && f.write_rate <= 100_000.0) {
         return Err(format!("--write-rate {}: give 0 < N <= 100000", f.write_rate));
     }
-    Ok(ServeOptions { listen: listen.to_vec(), tcp_auth: TcpAuth { token, tls }, metrics: f.metrics, cpus })
+    Ok(ServeOptions { listen: listen.to_vec(), tcp_auth: TcpAuth { token, tls, tls_roles }, metrics: f.metrics, cpus })
 }
 
-fn gateway(f: &GatewayFlags, runner: Option<Arc<dyn Runner>>, state_dir: Option<PathBuf>) -> Result<Gateway, String> {
+/// What `rtcell serve` adds to a gateway: where scenarios, C code and client files live.
+#[derive(Default)]
+struct Daemon {
+    runner: Option<Arc<dyn Runner>>,
+    state_dir: Option<PathBuf>,
+    sources: ScenarioSources,
+    master_cpus: Vec<usize>,
+}
+
+fn gateway(f: &GatewayFlags, d: Daemon) -> Result<Gateway, String> {
     let audit = rtcell_gateway::security::Audit::open(f.audit_log.as_deref())?;
-    Gateway::new(GatewayOptions { runner, state_dir, write_rate: f.write_rate, write_burst: f.write_rate, audit })
+    Gateway::new(GatewayOptions {
+        runner: d.runner,
+        state_dir: d.state_dir,
+        write_rate: f.write_rate,
+        write_burst: f.write_rate,
+        audit,
+        sources: d.sources,
+        master_cpus: d.master_cpus,
+    })
 }
 
 fn announce(r: &Running) {
@@ -143,7 +179,7 @@ pub fn serve_run(s: &ServeArgs, plan: &Plan, out: &Path) -> Result<Served, (Stri
     let online = rtcell_host::cpu::online_cpus().unwrap_or_default();
     let cpus: Vec<usize> = online.into_iter().filter(|c| !plan.cells.iter().any(|x| x.cpu == *c)).collect();
     let opts = options(&s.listen, &s.flags, cpus).map_err(|e| (format!("error: {e}"), EXIT_USAGE))?;
-    let g = Arc::new(gateway(&s.flags, None, None).map_err(|e| (format!("error: {e}"), 1))?);
+    let g = Arc::new(gateway(&s.flags, Daemon::default()).map_err(|e| (format!("error: {e}"), 1))?);
     let slot = Arc::new(RunSlot::new(run_id(&plan.name), plan.name.clone(), plan.duration, out.to_owned()));
     g.add_run(Arc::clone(&slot));
     let running = rtcell_gateway::server::start(g, &opts).map_err(|e| (format!("error: gateway: {e}"), 1))?;
@@ -166,7 +202,8 @@ struct ScenarioRunner {
 
 impl Runner for ScenarioRunner {
     fn start(&self, req: StartRequest) -> Result<Arc<RunSlot>, String> {
-        let plan = super::run::load_plan(&req.path, req.duration.as_deref(), &req.kinds).map_err(|(m, _)| m)?;
+        let plan = super::run::load_plan_from(&req.path, req.duration.as_deref(), &req.kinds, &req.origin)
+            .map_err(|(m, _)| m)?;
         let id = run_id(&plan.name);
         let out = super::run::out_dir(&plan, Some(self.out_root.join(&id))).map_err(|(m, _)| m)?;
         let locks = super::cpus::take(&super::run::plan_cpus(&plan)).map_err(|(m, _)| m)?;
@@ -197,6 +234,13 @@ pub struct ServeCmd {
     /// $RTCELL_HOME/gateway).
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Scenarios clients may start by name: NAME is the file DIR/NAME.toml (e.g. rtcell ctl start offload).
+    #[arg(long, value_name = "DIR")]
+    scenario_dir: Option<PathBuf>,
+    /// C libraries (.so, for process cells) and payload ELFs (kvm cells) that scenarios started through the
+    /// gateway may use; relative paths in a sent scenario resolve here. Without it, their C tasks are refused.
+    #[arg(long, value_name = "DIR")]
+    library_dir: Option<PathBuf>,
     /// Directory for the runs' results (default: rtcell-results/).
     #[arg(long, value_name = "DIR", default_value = "rtcell-results")]
     out_root: PathBuf,
@@ -235,8 +279,16 @@ pub fn serve_main(a: ServeCmd) -> i32 {
                 .join("gateway"),
         }
     });
-    let opts = match options(&listen, &a.flags, a.cpus.clone().unwrap_or_else(|| vec![0])) {
+    let master_cpus = a.cpus.clone().unwrap_or_else(|| vec![0]);
+    let opts = match options(&listen, &a.flags, master_cpus.clone()) {
         Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let sources = match ScenarioSources::new(a.scenario_dir.as_deref(), a.library_dir.as_deref()) {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
             return EXIT_USAGE;
@@ -252,7 +304,8 @@ pub fn serve_main(a: ServeCmd) -> i32 {
     rtcell_cells::set_tsc_khz(tsc.khz());
     let runner: Arc<dyn Runner> =
         Arc::new(ScenarioRunner { tsc, history: a.history.path.clone(), out_root: a.out_root.clone() });
-    let g = match gateway(&a.flags, Some(runner), Some(state_dir.clone())) {
+    let daemon = Daemon { runner: Some(runner), state_dir: Some(state_dir.clone()), sources, master_cpus };
+    let g = match gateway(&a.flags, daemon) {
         Ok(g) => Arc::new(g),
         Err(e) => {
             eprintln!("error: {e}");

@@ -20,6 +20,16 @@ use super::{EXIT_INTERRUPTED, EXIT_USAGE, default_out, host_summary, host_warnin
 /// A scenario file made into a plan, with the command line's overrides; `Err` holds the message and
 /// the exit status (2: invalid, nothing started).
 pub fn load_plan(file: &Path, duration: Option<&str>, kinds: &[String]) -> Result<Plan, (String, i32)> {
+    load_plan_from(file, duration, kinds, &rtcell_scenario::Origin::Operator)
+}
+
+/// [`load_plan`] for a scenario of the given origin (what it may load).
+pub fn load_plan_from(
+    file: &Path,
+    duration: Option<&str>,
+    kinds: &[String],
+    origin: &rtcell_scenario::Origin,
+) -> Result<Plan, (String, i32)> {
     let host = HostView::here();
     let mut overrides = Vec::new();
     for k in kinds {
@@ -30,7 +40,7 @@ pub fn load_plan(file: &Path, duration: Option<&str>, kinds: &[String]) -> Resul
             _ => return Err((format!("error: --kind {k:?}: give CELL=KIND, e.g. --kind ctrl=process"), EXIT_USAGE)),
         }
     }
-    let mut plan = rtcell_scenario::load_with(file, &host, &overrides).map_err(|invalid| {
+    let mut plan = rtcell_scenario::load_from(file, &host, &overrides, origin).map_err(|invalid| {
         let n = invalid.diags.len();
         (
             format!(

@@ -1,0 +1,417 @@
+//! Who is calling, and what they may do: the one place where a request's identity and role are
+//! decided ([`Authorized`], in front of the service), before any handler runs.
+//!
+//! - Roles: `viewer` reads (status, statistics, streams, signals, results, metrics); `operator` also
+//!   writes writable signals and starts and stops scenarios; `admin` also deploys payloads and stops
+//!   deployed cells. A call above the caller's role is PERMISSION_DENIED (naming both roles), counted
+//!   by its code and audited.
+//! - Unix socket: the socket is 0600 in a private directory, so every peer is the server's own user
+//!   or root: admin. Its identity (rate limits) is the peer's uid.
+//! - Bearer token: the token file holds `ROLE TOKEN` lines (a file with one bare token means admin).
+//!   The identity is the token's SHA-256 (the token itself is never logged).
+//! - Mutual TLS: the role is in the client certificate, a SAN URI `urn:rtcell:role:ROLE`, or mapped
+//!   from its subject CN by the server (`--tls-role CN=ROLE`); a certificate with neither is a viewer.
+//!   The identity is the certificate's SHA-256. With a token as well, the lower of the two roles.
+
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use sha2::{Digest, Sha256};
+use tonic::Status;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
+
+use crate::security::hex;
+use crate::service::Gateway;
+
+/// Shortest bearer token accepted (characters).
+pub const MIN_TOKEN_LEN: usize = 16;
+/// Most tokens in a token file.
+const MAX_TOKENS: usize = 1024;
+/// Largest token file read.
+const MAX_TOKEN_FILE_BYTES: u64 = 256 * 1024;
+/// The SAN URI prefix that carries a role in a client certificate.
+pub const ROLE_URI: &str = "urn:rtcell:role:";
+
+/// What a caller may do; each role may do everything the ones below it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    Viewer,
+    Operator,
+    Admin,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Viewer, Role::Operator, Role::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The role a gRPC method needs (by its name in `rtcell.v1.Gateway`); anything unknown needs admin.
+    pub fn needed_for(method: &str) -> Role {
+        match method {
+            "GetStatus" | "GetStats" | "StreamStats" | "ReadSignal" | "GetResults" | "GetMetrics" => Role::Viewer,
+            "WriteSignal" | "StartScenario" | "StopScenario" => Role::Operator,
+            _ => Role::Admin,
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The caller of one request, decided once by [`Authorized`] and put into the request's extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// For the audit log: e.g. `unix uid 1000 pid 42`, `tls 10.0.0.5:51234 cert sha256:…`.
+    pub id: String,
+    /// The identity rate limits count against: the uid, the certificate, the token — never the
+    /// connection or the address.
+    pub key: String,
+    pub role: Role,
+}
+
+/// The caller of a request that passed [`Authorized`].
+pub fn caller<T>(req: &tonic::Request<T>) -> Result<Caller, Status> {
+    req.extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| Status::internal("the request was not authorized (no caller): a gateway bug"))
+}
+
+/// The bearer tokens of a token file, each with its role.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    entries: Vec<(String, Role)>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the tokens themselves.
+        write!(f, "Tokens({} tokens)", self.entries.len())
+    }
+}
+
+impl Tokens {
+    /// A single token with a role.
+    pub fn single(token: &str, role: Role) -> Tokens {
+        Tokens { entries: vec![(token.to_string(), role)] }
+    }
+
+    /// The role of `given`, compared in time independent of where the strings differ.
+    fn role_of(&self, given: &str) -> Option<Role> {
+        let mut found = None;
+        for (t, r) in &self.entries {
+            if same(given.as_bytes(), t.as_bytes()) {
+                found = Some(*r);
+            }
+        }
+        found
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Reads a token file: `ROLE TOKEN` lines, `#` comments, or one bare token (admin). Refused if anyone
+/// but its owner's group may read it, if a token is short or appears twice (with file:line).
+pub fn read_token_file(path: &Path) -> Result<Tokens, String> {
+    let p = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("token file {p}: {e}"))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o004 != 0 {
+        return Err(format!(
+            "token file {p} is world-readable (mode {mode:03o}): anyone on this machine could use it; run chmod 600 {p}"
+        ));
+    }
+    if meta.len() > MAX_TOKEN_FILE_BYTES {
+        return Err(format!("token file {p}: {} bytes, at most {MAX_TOKEN_FILE_BYTES}", meta.len()));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("token file {p}: {e}"))?;
+    parse_tokens(&text, &p.to_string())
+}
+
+fn parse_tokens(text: &str, file: &str) -> Result<Tokens, String> {
+    let how = format!(
+        "write `ROLE TOKEN` lines (ROLE: viewer, operator or admin; TOKEN: one word of at least {MIN_TOKEN_LEN} characters, e.g. from `head -c 32 /dev/urandom | base64`)"
+    );
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    if lines.is_empty() {
+        return Err(format!("token file {file}: no token; {how}"));
+    }
+    if lines.len() > MAX_TOKENS {
+        return Err(format!("token file {file}: {} tokens, at most {MAX_TOKENS}", lines.len()));
+    }
+    let mut entries: Vec<(String, Role, usize)> = Vec::new();
+    for (n, l) in &lines {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        let (role, token) = match words.as_slice() {
+            // One bare token, alone in its file: the admin's (the format before roles).
+            [t] if lines.len() == 1 => (Role::Admin, *t),
+            [r, t] => match Role::parse(r) {
+                Some(role) => (role, *t),
+                None => {
+                    return Err(format!(
+                        "token file {file}:{n}: unknown role {}: give viewer, operator or admin",
+                        rtcell_host::peer_text::peer_str(r, 32)
+                    ));
+                }
+            },
+            _ => return Err(format!("token file {file}:{n}: {how}")),
+        };
+        if token.len() < MIN_TOKEN_LEN || token.chars().any(|c| c.is_control()) {
+            return Err(format!("token file {file}:{n}: the token is shorter than {MIN_TOKEN_LEN} characters; {how}"));
+        }
+        if let Some((_, _, first)) = entries.iter().find(|(t, _, _)| t == token) {
+            return Err(format!(
+                "token file {file}:{n}: the same token as line {first}: each token names one role; make a new one"
+            ));
+        }
+        entries.push((token.to_string(), role, *n));
+    }
+    Ok(Tokens { entries: entries.into_iter().map(|(t, r, _)| (t, r)).collect() })
+}
+
+/// Parses a `--tls-role CN=ROLE` flag.
+pub fn parse_tls_role(s: &str) -> Result<(String, Role), String> {
+    let Some((cn, role)) = s.rsplit_once('=') else {
+        return Err(format!("--tls-role {s:?}: give CN=ROLE, e.g. --tls-role ops-console=operator"));
+    };
+    let role = Role::parse(role)
+        .ok_or_else(|| format!("--tls-role {s:?}: unknown role {role:?}; give viewer, operator or admin"))?;
+    if cn.is_empty() {
+        return Err(format!("--tls-role {s:?}: the certificate's common name is empty"));
+    }
+    Ok((cn.to_string(), role))
+}
+
+/// Compares in time independent of where the strings differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The role a client certificate (DER) carries: its SAN URI, else its CN mapped by `cn_roles`, else
+/// viewer.
+pub fn certificate_role(der: &[u8], cn_roles: &[(String, Role)]) -> Role {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else { return Role::Viewer };
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        let roles: Vec<Role> = san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                x509_parser::extensions::GeneralName::URI(u) => u.strip_prefix(ROLE_URI).and_then(Role::parse),
+                _ => None,
+            })
+            .collect();
+        // Two roles in one certificate: the lower one.
+        if let Some(r) = roles.into_iter().min() {
+            return r;
+        }
+    }
+    let cn = cert.subject().iter_common_name().next().and_then(|a| a.as_str().ok());
+    cn.and_then(|cn| cn_roles.iter().find(|(c, _)| c == cn).map(|(_, r)| *r)).unwrap_or(Role::Viewer)
+}
+
+/// What kind of listener a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    Unix,
+    Tcp,
+}
+
+/// How callers are identified: the tokens and the certificate roles of TCP listeners.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    pub tokens: Option<Tokens>,
+    /// Mutual TLS is on: a TCP caller has a client certificate.
+    pub tls: bool,
+    /// `--tls-role CN=ROLE` mappings.
+    pub cn_roles: Vec<(String, Role)>,
+}
+
+impl Access {
+    /// The caller of a request (UNAUTHENTICATED if it proves nothing).
+    pub fn identify(&self, on: Listener, headers: &http::HeaderMap, ext: &http::Extensions) -> Result<Caller, Status> {
+        if on == Listener::Unix {
+            return Ok(match ext.get::<UdsConnectInfo>().and_then(|i| i.peer_cred) {
+                Some(c) => Caller {
+                    id: format!("unix uid {} pid {}", c.uid(), c.pid().map_or("?".into(), |p| p.to_string())),
+                    key: format!("uid:{}", c.uid()),
+                    role: Role::Admin,
+                },
+                None => Caller { id: "unix".into(), key: "unix".into(), role: Role::Admin },
+            });
+        }
+        let tls_info = ext.get::<TlsConnectInfo<TcpConnectInfo>>();
+        let addr = tls_info
+            .and_then(|i| i.get_ref().remote_addr())
+            .or_else(|| ext.get::<TcpConnectInfo>().and_then(|i| i.remote_addr()));
+        let addr = addr.map_or_else(|| "?".into(), |a| a.to_string());
+        let mut ids = Vec::new();
+        let mut keys = Vec::new();
+        let mut role = Role::Admin;
+        let mut proven = false;
+        if let Some(tokens) = &self.tokens {
+            let given = bearer(headers)?;
+            let r = tokens.role_of(given).ok_or_else(|| Status::unauthenticated("wrong bearer token"))?;
+            let fp = &hex(&Sha256::digest(given.as_bytes()))[..16];
+            ids.push(format!("token sha256:{fp}"));
+            keys.push(format!("token:{fp}"));
+            role = role.min(r);
+            proven = true;
+        }
+        if self.tls {
+            let certs = tls_info.and_then(|i| i.peer_certs());
+            let Some(leaf) = certs.as_ref().and_then(|c| c.first()) else {
+                return Err(Status::unauthenticated("no client certificate"));
+            };
+            let fp = &hex(&Sha256::digest(leaf.as_ref()))[..16];
+            ids.push(format!("cert sha256:{fp}"));
+            keys.push(format!("cert:{fp}"));
+            role = role.min(certificate_role(leaf.as_ref(), &self.cn_roles));
+            proven = true;
+        }
+        if !proven {
+            return Err(Status::unauthenticated("this listener has no way to authenticate clients"));
+        }
+        let scheme = if self.tls { "tls" } else { "tcp" };
+        Ok(Caller { id: format!("{scheme} {addr} {}", ids.join(" ")), key: keys.join(" "), role })
+    }
+}
+
+/// The bearer token of `authorization: Bearer <token>`, or UNAUTHENTICATED.
+fn bearer(headers: &http::HeaderMap) -> Result<&str, Status> {
+    let Some(v) = headers.get("authorization") else {
+        return Err(Status::unauthenticated("no bearer token: send metadata `authorization: Bearer <token>`"));
+    };
+    let v = v.to_str().map_err(|_| Status::unauthenticated("malformed authorization header"))?;
+    v.strip_prefix("Bearer ").ok_or_else(|| Status::unauthenticated("authorization is not `Bearer <token>`"))
+}
+
+/// The gRPC method of a request path (only the API's own names; anything else is `(other)`).
+pub fn method_of(path: &str) -> &str {
+    path.strip_prefix("/rtcell.v1.Gateway/")
+        .filter(|m| m.len() < 32 && m.chars().all(|c| c.is_ascii_alphanumeric()))
+        .unwrap_or("(other)")
+}
+
+/// In front of the service: identifies the caller, checks the method's role, and hands the [`Caller`]
+/// to the handler (request extensions); refusals are audited.
+#[derive(Clone)]
+pub struct Authorized<S> {
+    pub inner: S,
+    pub access: Arc<Access>,
+    pub gateway: Arc<Gateway>,
+    pub on: Listener,
+    /// The listener's connections: one is admitted (its first-request deadline lifted) once a request on
+    /// it is identified.
+    pub conns: Arc<crate::conn::Conns>,
+}
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Authorized<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Authorized<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Send,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let method = method_of(req.uri().path()).to_string();
+        let refused = match self.access.identify(self.on, req.headers(), req.extensions()) {
+            Err(status) => status,
+            Ok(caller) => {
+                self.conns.admit(req.extensions_mut());
+                let need = Role::needed_for(&method);
+                if caller.role >= need {
+                    req.extensions_mut().insert(caller);
+                    return Box::pin(self.inner.call(req));
+                }
+                let status = Status::permission_denied(format!(
+                    "{method} needs the {need} role; this client ({}) has the {} role",
+                    caller.id, caller.role
+                ));
+                self.gateway.audit.log(
+                    &caller.id,
+                    "denied",
+                    serde_json::json!({ "method": method, "role": caller.role.as_str(), "needs": need.as_str() }),
+                    &Err(status.clone()),
+                );
+                status
+            }
+        };
+        Box::pin(async move { Ok(refused.into_http()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_files_give_roles_and_refuse_duplicates_with_their_line() {
+        let t = parse_tokens("# ops\nviewer aaaaaaaaaaaaaaaaaaaa\n\noperator bbbbbbbbbbbbbbbbbbbb\n", "f").unwrap();
+        assert_eq!(t.role_of("aaaaaaaaaaaaaaaaaaaa"), Some(Role::Viewer));
+        assert_eq!(t.role_of("bbbbbbbbbbbbbbbbbbbb"), Some(Role::Operator));
+        assert_eq!(t.role_of("cccccccccccccccccccc"), None);
+        let bare = parse_tokens("cccccccccccccccccccc\n", "f").unwrap();
+        assert_eq!(bare.role_of("cccccccccccccccccccc"), Some(Role::Admin));
+        let e = parse_tokens("viewer aaaaaaaaaaaaaaaaaaaa\nadmin aaaaaaaaaaaaaaaaaaaa\n", "f").unwrap_err();
+        assert!(e.contains("f:2") && e.contains("line 1"), "{e}");
+        let e = parse_tokens("root aaaaaaaaaaaaaaaaaaaa\n", "f").unwrap_err();
+        assert!(e.contains("f:1: unknown role"), "{e}");
+        let e = parse_tokens("viewer short\n", "f").unwrap_err();
+        assert!(e.contains("f:1") && e.contains("shorter"), "{e}");
+        // Two bare words: not one bare token any more.
+        assert!(parse_tokens("aaaaaaaaaaaaaaaaaaaa\nbbbbbbbbbbbbbbbbbbbb\n", "f").is_err());
+    }
+
+    #[test]
+    fn methods_need_their_roles() {
+        assert_eq!(Role::needed_for("GetStats"), Role::Viewer);
+        assert_eq!(Role::needed_for("WriteSignal"), Role::Operator);
+        assert_eq!(Role::needed_for("DeployPayload"), Role::Admin);
+        assert_eq!(Role::needed_for("(other)"), Role::Admin);
+        assert!(Role::Admin > Role::Operator && Role::Operator > Role::Viewer);
+        assert_eq!(parse_tls_role("ops=operator").unwrap(), ("ops".to_string(), Role::Operator));
+        assert!(parse_tls_role("ops=root").is_err());
+    }
+}

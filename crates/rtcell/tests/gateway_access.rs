@@ -1,0 +1,329 @@
+//! The gateway as an attack surface: what a client may do (roles), what it may load (no native code
+//! in the daemon, C code only from --library-dir), what it may write (nothing outside the state
+//! directory), how often (per identity, not per connection or process), and how much of its text
+//! reaches the audit log.
+
+mod common;
+#[path = "common/gw.rs"]
+mod gw;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use gw::*;
+use rtcell_gateway::client::{ClientTls, connect};
+use rtcell_gateway::pb;
+use tonic::Code;
+
+/// A scenario whose C task runs `step` of `library` in a cell of `kind` on CPU 1.
+fn c_scenario(kind: &str, library: &str, step: &str) -> String {
+    format!(
+        r#"
+name = "c-{kind}"
+duration_s = 5
+
+[cells.ctrl]
+kind = "{kind}"
+cpu = 1
+
+[tasks.step]
+cell = "ctrl"
+period_us = 1000
+priority = 80
+workload = {{ kind = "c", library = "{library}", step = "{step}" }}
+"#
+    )
+}
+
+fn start_text(toml: String) -> pb::StartScenarioRequest {
+    pb::StartScenarioRequest { toml, duration: "2s".into(), ..Default::default() }
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_thread_cell_c_task_that_aborts_is_refused_and_the_daemon_keeps_answering() {
+    let _g = common::serial();
+    let s = serve(&[]);
+    let lib = common::artifacts().join("librtcell.so");
+    assert!(lib.exists(), "{} is built with the binary", lib.display());
+    let text = c_scenario("thread", &lib.display().to_string(), "abort");
+    // The same file in the scenario directory, started by name.
+    std::fs::write(s.path("abort.toml"), &text).unwrap();
+    let addr = s.grpc("unix:");
+    rt().block_on(async {
+        let mut c = connect(&unix(&addr)).await.expect("connects");
+        for req in [start_text(text.clone()), pb::StartScenarioRequest { path: "abort".into(), ..Default::default() }] {
+            let e = c.start_scenario(req).await.unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+            assert!(e.message().contains("thread cell runs inside the gateway's own process"), "{e:?}");
+            // Whatever it was asked, the daemon is still there.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            c.get_status(pb::GetStatusRequest {}).await.expect("the daemon still answers");
+        }
+        // In a process cell: C code only from --library-dir, which this gateway has not.
+        let e = c.start_scenario(start_text(c_scenario("process", &lib.display().to_string(), "abort"))).await;
+        let e = e.unwrap_err();
+        assert!(e.message().contains("started without --library-dir"), "{e:?}");
+    });
+    // The refused texts are not kept.
+    assert_eq!(files_in(&s.path("state/scenarios")), Vec::<String>::new());
+}
+
+#[test]
+fn c_code_of_a_process_cell_must_come_from_the_library_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let libs = dir.path().join("libs");
+    std::fs::create_dir(&libs).unwrap();
+    let lib = common::artifacts().join("librtcell.so");
+    std::fs::copy(&lib, libs.join("libctrl.so")).unwrap();
+    let s = serve(&["--library-dir", libs.to_str().unwrap()]);
+    let addr = s.grpc("unix:");
+    rt().block_on(async {
+        let mut c = connect(&unix(&addr)).await.unwrap();
+        // Outside the library directory, by an absolute path or by climbing out of it.
+        for l in [lib.display().to_string(), "../libs/../../etc/passwd".to_string()] {
+            let e = c.start_scenario(start_text(c_scenario("process", &l, "ctrl_step"))).await.unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+            assert!(e.message().contains("outside the gateway's library directory"), "{l}: {e:?}");
+        }
+    });
+}
+
+#[test]
+fn base_dir_and_paths_are_refused_and_nothing_is_written_outside_the_state_dir() {
+    let s = serve(&[]);
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path().join("x.toml"), s.path("link.toml")).unwrap();
+    std::fs::write(outside.path().join("x.toml"), SCENARIO).unwrap();
+    let addr = s.grpc("unix:");
+    rt().block_on(async {
+        let mut c = connect(&unix(&addr)).await.unwrap();
+        let e = c
+            .start_scenario(pb::StartScenarioRequest {
+                toml: SCENARIO.into(),
+                base_dir: outside.path().display().to_string(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("base_dir is gone"), "{e:?}");
+        for p in ["../../../etc/passwd", "/etc/passwd", "..", "sub/gw"] {
+            let e =
+                c.start_scenario(pb::StartScenarioRequest { path: p.into(), ..Default::default() }).await.unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{p}: {e:?}");
+            assert!(e.message().contains("not a scenario name"), "{p}: {e:?}");
+        }
+        // A symlink of the scenario directory that leads out of it.
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "link".into(), ..Default::default() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        let e =
+            c.start_scenario(pb::StartScenarioRequest { path: "nope".into(), ..Default::default() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::NotFound, "{e:?}");
+        assert!(e.message().contains("gw"), "the known scenarios are listed: {e:?}");
+    });
+    assert_eq!(files_in(outside.path()), ["x.toml"], "nothing written outside the state directory");
+}
+
+fn token_file(dir: &Path, text: &str) -> String {
+    let p = dir.join("tokens");
+    std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p.display().to_string()
+}
+
+const VIEWER: &str = "viewer-0123456789abcdef";
+const OPERATOR: &str = "operator-0123456789abcdef";
+const ADMIN: &str = "admin-0123456789abcdef";
+
+#[test]
+fn roles_from_tokens_and_certificates_refuse_calls_above_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // Duplicate tokens: refused at start, with file:line.
+    let dup = token_file(dir.path(), &format!("viewer {VIEWER}\nadmin {VIEWER}\n"));
+    let o = common::run(&["serve", "--listen", "tcp://127.0.0.1:0", "--token-file", &dup]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::text(&o));
+    assert!(common::text(&o).contains("tokens:2: the same token as line 1"), "{}", common::text(&o));
+
+    let tokens = token_file(dir.path(), &format!("# roles\nviewer {VIEWER}\noperator {OPERATOR}\nadmin {ADMIN}\n"));
+    let s = serve(&["--listen", "tcp://127.0.0.1:0", "--token-file", &tokens]);
+    let addr = s.grpc("tcp://");
+    rt().block_on(async {
+        let mut viewer = connect(&tcp(&addr, Some(VIEWER), None)).await.unwrap();
+        viewer.get_status(pb::GetStatusRequest {}).await.expect("a viewer reads");
+        let e = write(&mut viewer, "op.limit", vec![f64v(1.0)]).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(
+            e.message().contains("WriteSignal needs the operator role") && e.message().contains("has the viewer role"),
+            "{e:?}"
+        );
+        assert!(!e.message().contains(VIEWER), "the token is never echoed: {e:?}");
+
+        let mut operator = connect(&tcp(&addr, Some(OPERATOR), None)).await.unwrap();
+        // Past the role check: no run to write to.
+        assert_eq!(write(&mut operator, "op.limit", vec![f64v(1.0)]).await.unwrap_err().code(), Code::NotFound);
+        // CPU 0 is the gateway's: refused after the role check, without touching the cell CPU.
+        let deploy = pb::DeployPayloadRequest { elf: b"not an elf".to_vec(), cpu: 0, ..Default::default() };
+        let e = operator.deploy_payload(deploy.clone()).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(e.message().contains("DeployPayload needs the admin role"), "{e:?}");
+
+        let mut admin = connect(&tcp(&addr, Some(ADMIN), None)).await.unwrap();
+        let e = admin.deploy_payload(deploy).await.unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "an admin gets past the role check: {e:?}");
+    });
+    let metrics = rt().block_on(async {
+        let mut c = connect(&unix(&s.grpc("unix:"))).await.unwrap();
+        c.get_metrics(pb::GetMetricsRequest {}).await.unwrap().into_inner().text
+    });
+    let denied: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("rtcell_gateway_requests_total{") && l.contains("code=\"permission_denied\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(denied, 2.0, "{metrics}");
+    let audit = std::fs::read_to_string(s.path("audit.log")).unwrap();
+    assert_eq!(audit.lines().filter(|l| l.contains("\"action\":\"denied\"")).count(), 2, "{audit}");
+    assert!(!audit.contains(VIEWER) && !audit.contains(OPERATOR), "{audit}");
+}
+
+#[test]
+fn a_client_certificate_carries_its_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let op = pki_with_role(dir.path(), "op", Some("operator"));
+    let p = |x: &std::path::PathBuf| x.display().to_string();
+    let s = serve(&[
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--tls-cert",
+        &p(&op.server.0),
+        "--tls-key",
+        &p(&op.server.1),
+        "--tls-client-ca",
+        &p(&op.ca),
+    ]);
+    let addr = s.grpc("tcp://");
+    let tls = ClientTls {
+        ca: op.ca.clone(),
+        cert: op.client.0.clone(),
+        key: op.client.1.clone(),
+        domain: Some("localhost".into()),
+    };
+    rt().block_on(async {
+        let mut c = connect(&tcp(&addr, None, Some(tls))).await.unwrap();
+        assert_eq!(write(&mut c, "op.limit", vec![f64v(1.0)]).await.unwrap_err().code(), Code::NotFound);
+        let e = c.stop_cell(pb::StopCellRequest { name: "x".into() }).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        assert!(
+            e.message().contains("StopCell needs the admin role") && e.message().contains("has the operator role"),
+            "{e:?}"
+        );
+    });
+}
+
+#[test]
+fn the_rate_limit_counts_per_identity_across_connections_and_processes() {
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let op = pki_with_role(dir.path(), "rl", Some("operator"));
+    let p = |x: &std::path::PathBuf| x.display().to_string();
+    // One write per 10 s, bursts of 1: whatever the test's pace, at most 2 pass.
+    let s = serve(&[
+        "--write-rate",
+        "0.1",
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--tls-cert",
+        &p(&op.server.0),
+        "--tls-key",
+        &p(&op.server.1),
+        "--tls-client-ca",
+        &p(&op.ca),
+    ]);
+    let addr = s.grpc("tcp://");
+    let tls = ClientTls {
+        ca: op.ca.clone(),
+        cert: op.client.0.clone(),
+        key: op.client.1.clone(),
+        domain: Some("localhost".into()),
+    };
+    let passed = rt().block_on(async {
+        // A run whose signals take the writes (started over the Unix socket: another identity).
+        let mut admin = connect(&unix(&s.grpc("unix:"))).await.unwrap();
+        start_and_wait(&mut admin, &s.path("gw.toml")).await;
+        let mut passed = 0;
+        // Four connections with one certificate.
+        for _ in 0..4 {
+            let mut c = connect(&tcp(&addr, None, Some(tls.clone()))).await.unwrap();
+            for _ in 0..3 {
+                match write(&mut c, "op.limit", vec![f64v(1.0)]).await {
+                    Ok(_) => passed += 1,
+                    Err(e) => assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}"),
+                }
+            }
+        }
+        passed
+    });
+    assert!((1..=2).contains(&passed), "{passed} writes of one certificate over 4 connections passed a limit of 1");
+    // Four processes of one user on the Unix socket.
+    let sock = s.grpc("unix:").to_string();
+    let mut passed = 0;
+    for _ in 0..4 {
+        let o = common::run(&["ctl", "--connect", &sock, "set", "op.limit=1"]);
+        let t = common::text(&o);
+        assert!(o.status.success() || t.contains("resource_exhausted"), "{t}");
+        passed += usize::from(o.status.success());
+    }
+    assert!((1..=2).contains(&passed), "{passed} writes of one uid from 4 processes passed a limit of 1");
+}
+
+#[test]
+fn a_two_megabyte_signal_name_is_capped_in_the_audit_log_and_the_answer() {
+    let s = serve(&[]);
+    let addr = s.grpc("unix:");
+    let name = format!("\u{1b}[2J{}", "n".repeat(2_000_000));
+    rt().block_on(async {
+        let mut c = connect(&unix(&addr)).await.unwrap();
+        let e = write(&mut c, &name, vec![f64v(1.0)]).await.unwrap_err();
+        assert!(e.message().len() < 1024, "{} bytes of answer", e.message().len());
+    });
+    let audit = std::fs::read_to_string(s.path("audit.log")).unwrap();
+    let line = audit.lines().find(|l| l.contains("\"action\":\"write\"")).expect("the write is audited");
+    assert!(line.len() < 1024, "{} bytes in the audit log", line.len());
+    assert!(line.contains("truncated") && !line.contains('\u{1b}'), "{line}");
+    // And on stderr.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(s.log().len() < 64 * 1024, "{} bytes on stderr", s.log().len());
+}
+
+#[test]
+fn deploys_never_go_onto_the_master_cpu_or_a_cpu_another_run_holds() {
+    let _g = common::serial();
+    let s = serve(&[]);
+    let sock = s.grpc("unix:").to_string();
+    let junk = s.path("junk.elf");
+    std::fs::write(&junk, b"not an elf at all").unwrap();
+    let ctl = |cpu: &str| {
+        common::text(&common::run(&["ctl", "--connect", &sock, "deploy", junk.to_str().unwrap(), "--cpu", cpu]))
+    };
+    let t = ctl("0");
+    assert!(t.contains("failed_precondition") && t.contains("CPU 0 is taken by the gateway"), "{t}");
+    // Another run holds CPU 1 (this test process, as `rtcell run` would).
+    let held = rtcell_host::cpulock::lock_cpus(&[1]).expect("CPU 1's lock");
+    let t = ctl("1");
+    assert!(t.contains("failed_precondition") && t.contains(&format!("pid {}", std::process::id())), "{t}");
+    drop(held);
+    // Free again: the payload itself is what is refused now, and nothing is kept.
+    let t = ctl("1");
+    assert!(t.contains("invalid_argument: not a payload"), "{t}");
+    assert_eq!(files_in(&s.path("state/payloads")), Vec::<String>::new());
+}
