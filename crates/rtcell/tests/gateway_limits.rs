@@ -4,12 +4,11 @@
 //! still answered.
 
 mod common;
+#[path = "common/gw.rs"]
+mod gw;
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rtcell_gateway::client::{Client, ClientTls, Connect, connect};
@@ -27,108 +26,7 @@ const HALF_HELLO: &[u8] = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
 /// How long a test waits for what must happen after the deadline: a bound against hanging, far above it.
 const PATIENCE: Duration = Duration::from_secs(40);
 
-/// A gateway process; SIGTERM (then SIGKILL) on drop.
-struct Served {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    /// Kept until the gateway is gone: its socket, state and results are in it.
-    _dir: tempfile::TempDir,
-}
-
-impl Served {
-    /// `rtcell ARGS`, once it announced `want` gRPC listeners.
-    fn start(args: &[String], want: usize, dir: tempfile::TempDir) -> Served {
-        let mut child =
-            common::rtcell().args(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("rtcell starts");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let err = child.stderr.take().unwrap();
-        let l2 = Arc::clone(&lines);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                l2.lock().unwrap().push(line);
-            }
-        });
-        let mut s = Served { child, lines, _dir: dir };
-        let t0 = Instant::now();
-        while s.listeners().len() < want {
-            if let Ok(Some(st)) = s.child.try_wait() {
-                std::thread::sleep(Duration::from_millis(100));
-                panic!("rtcell exited ({st}) before serving:\n{}", s.log());
-            }
-            assert!(t0.elapsed() < Duration::from_secs(60), "no gateway after 60 s:\n{}", s.log());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        s
-    }
-
-    fn log(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    fn listeners(&self) -> Vec<Addr> {
-        let lines = self.lines.lock().unwrap();
-        lines.iter().filter_map(|l| l.strip_prefix("gateway: gRPC on ")).filter_map(|a| Addr::parse(a).ok()).collect()
-    }
-
-    fn grpc(&self, scheme: &str) -> Addr {
-        self.listeners().into_iter().find(|a| a.to_string().starts_with(scheme)).expect("announced")
-    }
-
-    /// The gateway process's resident memory, bytes.
-    fn rss(&self) -> u64 {
-        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.child.id())).unwrap();
-        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-        // SAFETY: sysconf only returns a value.
-        pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        // SAFETY: sending SIGTERM to our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(20) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn private_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    dir
-}
-
-/// `rtcell serve` on a Unix socket in a fresh private directory, with `extra` options.
-fn serve(extra: &[String]) -> Served {
-    let dir = private_dir();
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--listen".into(),
-        format!("unix:{}", dir.path().join("sock/gw.sock").display()),
-        "--state-dir".into(),
-        dir.path().join("state").display().to_string(),
-        "--out-root".into(),
-        dir.path().join("out").display().to_string(),
-    ];
-    args.extend(extra.iter().cloned());
-    let want = 1 + extra.iter().filter(|a| a.starts_with("tcp://")).count();
-    Served::start(&args, want, dir)
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
-}
-
-fn client(addr: &Addr, token: Option<&str>, tls: Option<ClientTls>) -> Connect {
-    Connect { addr: addr.clone(), token: token.map(String::from), tls, timeout: Duration::from_secs(5) }
-}
+use gw::{Served, private_dir, rt, serve, tcp as client};
 
 /// A metric's value in a text exposition (`name{labels}` as written, or `name` alone).
 fn metric(text: &str, series: &str) -> Option<f64> {
@@ -191,7 +89,7 @@ fn idle_tcp_peers_never_lock_a_client_with_a_token_out_and_are_closed_after_the_
     let token = dir.path().join("token");
     std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let s = serve(&["--listen".into(), "tcp://127.0.0.1:0".into(), "--token-file".into(), token.display().to_string()]);
+    let s = serve(&["--listen", "tcp://127.0.0.1:0", "--token-file", &token.display().to_string()]);
     let addr = s.grpc("tcp://");
     let Addr::Tcp(sa) = addr else { unreachable!() };
     rt().block_on(async {
@@ -215,47 +113,20 @@ fn idle_tcp_peers_never_lock_a_client_with_a_token_out_and_are_closed_after_the_
     });
 }
 
-/// A CA and a server and a client certificate signed by it, as PEM files in `dir`.
-fn pki(dir: &Path) -> (PathBuf, (PathBuf, PathBuf), (PathBuf, PathBuf)) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "rtcell limits test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let write = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    };
-    let leaf = |names: Vec<String>, eku: ExtendedKeyUsagePurpose, cn: &str| {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(names).unwrap();
-        p.distinguished_name.push(DnType::CommonName, cn);
-        p.extended_key_usages = vec![eku];
-        let cert = p.signed_by(&key, &issuer).unwrap();
-        (write(&format!("{cn}.pem"), &cert.pem()), write(&format!("{cn}.key"), &key.serialize_pem()))
-    };
-    let server = leaf(vec!["localhost".into()], ExtendedKeyUsagePurpose::ServerAuth, "gateway");
-    let client = leaf(vec!["operator".into()], ExtendedKeyUsagePurpose::ClientAuth, "operator");
-    (write("ca.pem", &ca.pem()), server, client)
-}
-
 #[test]
 fn half_finished_tls_handshakes_never_lock_a_client_of_the_ca_out_and_are_closed_after_the_deadline() {
     let dir = private_dir();
-    let (ca, server, cl) = pki(dir.path());
+    let gw::Pki { ca, server, client: cl } = gw::pki(dir.path(), "limits");
     let p = |x: &PathBuf| x.display().to_string();
     let s = serve(&[
-        "--listen".into(),
-        "tcp://127.0.0.1:0".into(),
-        "--tls-cert".into(),
-        p(&server.0),
-        "--tls-key".into(),
-        p(&server.1),
-        "--tls-client-ca".into(),
-        p(&ca),
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--tls-cert",
+        &p(&server.0),
+        "--tls-key",
+        &p(&server.1),
+        "--tls-client-ca",
+        &p(&ca),
     ]);
     let addr = s.grpc("tcp://");
     let Addr::Tcp(sa) = addr else { unreachable!() };

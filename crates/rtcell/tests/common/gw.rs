@@ -125,6 +125,21 @@ impl Served {
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
+
+    /// The gateway process's resident memory, bytes.
+    pub fn rss(&self) -> u64 {
+        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.child.id())).unwrap();
+        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        // SAFETY: sysconf only returns a value.
+        pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+    }
+}
+
+/// A fresh temporary directory only we may enter.
+pub fn private_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
 }
 
 impl Drop for Served {
@@ -154,8 +169,7 @@ pub fn unix(addr: &Addr) -> Connect {
 /// `rtcell serve` on a socket in a fresh private directory, metrics on a free port; its scenario
 /// directory is that directory (holding `gw.toml`: [`SCENARIO`]).
 pub fn serve(extra: &[&str]) -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let dir = private_dir();
     std::fs::write(dir.path().join("gw.toml"), SCENARIO).unwrap();
     let mut args: Vec<String> = vec![
         "serve".into(),
