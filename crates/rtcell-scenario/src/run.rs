@@ -140,7 +140,7 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
-fn layout(plan: &Plan) -> Result<RegionLayout, String> {
+pub(crate) fn layout(plan: &Plan) -> Result<RegionLayout, String> {
     let mut l = RegionLayout::new();
     if plan.cells.iter().any(|c| c.kind == CellKind::Kvm) {
         l.page_aligned();
@@ -154,7 +154,10 @@ fn layout(plan: &Plan) -> Result<RegionLayout, String> {
         rtcell_tasks::add_task_to_layout(&mut l, &t.spec.name).map_err(e)?;
     }
     for ch in &plan.channels {
-        l.ring(&ch.name, RingConfig::for_frames(ch.frame_bytes, ch.frames)).map_err(e)?;
+        let ring = RingConfig::try_for_frames(ch.frame_bytes, ch.frames).ok_or_else(|| {
+            format!("ring {:?}: {} frames of {} bytes: above 2 GiB", ch.name, ch.frames, ch.frame_bytes)
+        })?;
+        l.ring(&ch.name, ring).map_err(e)?;
     }
     for s in &plan.signals {
         l.signal(&s.name, s.values * 8).map_err(e)?;
