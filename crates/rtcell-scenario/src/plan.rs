@@ -15,6 +15,7 @@ use crate::file::{Diag, RawScenario, RawService, RawWork, Spans, parse};
 mod com;
 mod cycle;
 mod limits;
+mod payload_args;
 mod region;
 mod writable;
 pub use com::{PlanCom, PlanComSignal};
@@ -448,6 +449,7 @@ impl Validator<'_> {
                     CellRole::Controller { request: request.clone(), reply: reply.clone(), precision }
                 }
                 (None, Some(payload)) => {
+                    self.check_payload_args(&p, payload, c.args.as_deref());
                     if requested.is_some() && requested != Some(CellKind::Kvm) {
                         self.err(
                             &format!("{p}.payload"),
@@ -1304,6 +1306,17 @@ impl Plan {
     pub fn with_duration(mut self, d: Duration) -> Plan {
         self.duration = d;
         self
+    }
+
+    /// The log files the run will write, relative to its results directory: (task, file).
+    pub fn log_files(&self) -> Vec<(&str, &str)> {
+        self.tasks
+            .iter()
+            .filter_map(|t| match &t.spec.work {
+                TaskWork::Log { file, .. } => Some((t.spec.name.as_str(), file.as_str())),
+                _ => None,
+            })
+            .collect()
     }
 }
 

@@ -323,3 +323,13 @@ fn command_line_durations_have_the_files_limits() {
     assert_eq!(d("30d").ok(), None);
     assert_eq!(d("720h").unwrap().as_secs(), 30 * 24 * 3600);
 }
+
+#[test]
+fn a_spin_payload_without_its_channels_is_refused_at_validation() {
+    let text = "duration_s = 1\n[cells.k]\nkind = \"kvm\"\ncpu = 1\npayload = \"spin\"\n";
+    let got = rtcell_scenario::validate_text(text, Path::new("gen.toml"), &host()).unwrap_err().to_string();
+    assert!(
+        got.contains("gen.toml:5: cells.k.payload: payload \"spin\" needs hist=<channel> or log=<channel>"),
+        "{got}"
+    );
+}

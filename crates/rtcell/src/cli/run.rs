@@ -70,7 +70,31 @@ pub fn out_dir(plan: &Plan, out: Option<PathBuf>) -> Result<PathBuf, (String, i3
             EXIT_USAGE,
         ));
     }
+    if let Some(msg) = symlink_on_a_log_path(plan, &out) {
+        return Err((format!("error: {msg}; nothing was started"), EXIT_USAGE));
+    }
     Ok(out)
+}
+
+/// A symbolic link already in `out` on the way to a log file of the plan (a directory or the file
+/// itself): rtcell never writes through one, so the run is refused before it starts, naming the link.
+fn symlink_on_a_log_path(plan: &Plan, out: &Path) -> Option<String> {
+    for (task, file) in plan.log_files() {
+        let mut at = out.to_path_buf();
+        for part in Path::new(file).components() {
+            at.push(part);
+            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Some(format!(
+                    "--out {}: {} (on the way to task {:?}'s log file {file:?}) is a symbolic link; rtcell never \
+                     writes through one: remove it or pick another --out",
+                    out.display(),
+                    at.display(),
+                    task
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// A results directory of its own for a run without `--out`: `base` made with mkdir (never reused, so
