@@ -23,6 +23,18 @@ pub fn probe_c_task(
     step: &str,
     com: &[String],
 ) -> Result<(), String> {
+    probe_c_task_until(scratch, library, init, step, com, &|| false)
+}
+
+/// [`probe_c_task`] that gives up (the trial killed) as soon as `stop()` says so (Ctrl-C, SIGTERM).
+pub fn probe_c_task_until(
+    scratch: &SharedMemory,
+    library: &str,
+    init: Option<&str>,
+    step: &str,
+    com: &[String],
+    stop: &dyn Fn() -> bool,
+) -> Result<(), String> {
     let exe = crate::cell_executable().map_err(|e| format!("cannot find the rtcell executable: {e}"))?;
     let fd = scratch.fd();
     let mut cmd = Command::new(exe);
@@ -52,6 +64,11 @@ pub fn probe_c_task(
                     "{library}: loading it and running its init took more than {} s (does init wait for something?)",
                     PROBE_TIMEOUT.as_secs()
                 ));
+            }
+            Ok(None) if stop() => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("the trial of {library} was interrupted (stop requested)"));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(2)),
             Err(e) => return Err(format!("trial of {library}: {e}")),

@@ -65,6 +65,9 @@ impl Holder {
 pub enum CpuLockError {
     #[error("{}", held_message(*cpu, holder.as_ref()))]
     Held { cpu: usize, holder: Option<Holder> },
+    /// A CPU this run wants for its Linux side or loads is another run's cell CPU.
+    #[error("{}", cell_of_other_message(*cpu, holder.as_ref()))]
+    CellOfOther { cpu: usize, holder: Option<Holder> },
     #[error(
         "the runtime directory {path} is unsafe: {why} (remove it, or set {RUNTIME_DIR_ENV} to a private directory)"
     )]
@@ -93,6 +96,15 @@ fn held_message(cpu: usize, holder: Option<&Holder>) -> String {
              this run another cell CPU"
         ),
     }
+}
+
+fn cell_of_other_message(cpu: usize, holder: Option<&Holder>) -> String {
+    let who = holder.map_or_else(|| "its record is unreadable".to_string(), Holder::describe);
+    format!(
+        "CPU {cpu} is a cell CPU of another rtcell run ({who}); this run would put its Linux side (master_cpu) or a \
+         load there, beside that run's real-time cell: give this run another master_cpu or load CPUs, or wait for it \
+         to end"
+    )
 }
 
 /// The cell CPUs this process holds; dropping it releases them.
@@ -138,19 +150,33 @@ pub fn lock_cpus(cpus: &[usize]) -> Result<CpuLocks, CpuLockError> {
 
 /// [`lock_cpus`] with the lock files in `dir`.
 pub fn lock_cpus_in(dir: &Path, cpus: &[usize]) -> Result<CpuLocks, CpuLockError> {
+    lock_run_cpus_in(dir, cpus, &[])
+}
+
+/// Takes a run's CPUs: `cells` exclusively (one owner per cell CPU), `shared` (its Linux side and loads)
+/// with a shared lock, so that runs may share a Linux CPU with each other but never put their Linux side
+/// or loads on another run's cell CPU, nor a cell on a CPU another run uses for its Linux side. A CPU in
+/// both lists is taken exclusively.
+pub fn lock_run_cpus(cells: &[usize], shared: &[usize]) -> Result<CpuLocks, CpuLockError> {
+    lock_run_cpus_in(&runtime_dir(), cells, shared)
+}
+
+/// [`lock_run_cpus`] with the lock files in `dir`.
+pub fn lock_run_cpus_in(dir: &Path, cells: &[usize], shared: &[usize]) -> Result<CpuLocks, CpuLockError> {
     private_dir(dir)?;
-    let mut wanted = cpus.to_vec();
+    let mut wanted: Vec<(usize, bool)> = cells.iter().map(|&c| (c, true)).collect();
+    wanted.extend(shared.iter().filter(|c| !cells.contains(c)).map(|&c| (c, false)));
     wanted.sort_unstable();
     wanted.dedup();
     let mut locks = CpuLocks::default();
-    for cpu in wanted {
-        let file = lock_one(dir, cpu)?;
+    for (cpu, exclusive) in wanted {
+        let file = lock_one(dir, cpu, exclusive)?;
         locks.held.push((cpu, file));
     }
     Ok(locks)
 }
 
-fn lock_one(dir: &Path, cpu: usize) -> Result<File, CpuLockError> {
+fn lock_one(dir: &Path, cpu: usize, exclusive: bool) -> Result<File, CpuLockError> {
     let path = lock_path(dir, cpu);
     let io = |source| CpuLockError::Io { cpu, path: path.clone(), source };
     let mut file = OpenOptions::new()
@@ -166,13 +192,23 @@ fn lock_one(dir: &Path, cpu: usize) -> Result<File, CpuLockError> {
             _ => io(e),
         })?;
     check_file(&file, &path)?;
+    let mode = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
     // SAFETY: flock on a descriptor we own; LOCK_NB makes it return at once.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) } != 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(CpuLockError::Held { cpu, holder: read_holder(&path) });
+            let holder = read_holder(&path);
+            return Err(if exclusive {
+                CpuLockError::Held { cpu, holder }
+            } else {
+                CpuLockError::CellOfOther { cpu, holder }
+            });
         }
         return Err(io(e));
+    }
+    if !exclusive {
+        // Shared holders do not write the record: it names the cell CPU's owner, or the last one that had it.
+        return Ok(file);
     }
     let record = serde_json::to_string(&Holder::me()).unwrap_or_default();
     file.set_len(0).map_err(io)?;
@@ -280,7 +316,8 @@ fn flocked(table: &str, dev: u64, ino: u64) -> bool {
     let want = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
     table.lines().any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        f.get(1) == Some(&"FLOCK") && f.get(5).is_some_and(|d| *d == want)
+        // A shared lock (READ) is a Linux side or a load, not a cell.
+        f.get(1) == Some(&"FLOCK") && f.get(3) == Some(&"WRITE") && f.get(5).is_some_and(|d| *d == want)
     })
 }
 
@@ -306,6 +343,26 @@ mod tests {
         drop(first);
         assert!(held_cpus_in(&d).is_empty());
         lock_cpus_in(&d, &[1]).unwrap();
+    }
+
+    #[test]
+    fn linux_sides_share_a_cpu_but_never_sit_on_another_runs_cell_cpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("rt");
+        // Run A: cell CPU 1, Linux side on 0.
+        let a = lock_run_cpus_in(&d, &[1], &[0]).unwrap();
+        // Run B: its Linux side on 0 too (shared), a cell on 2: fine.
+        let b = lock_run_cpus_in(&d, &[2], &[0]).unwrap();
+        // Run C: its Linux side or a load on A's cell CPU: refused, A named.
+        let err = lock_run_cpus_in(&d, &[3], &[1]).unwrap_err();
+        assert!(matches!(err, CpuLockError::CellOfOther { cpu: 1, .. }), "{err}");
+        assert!(err.to_string().contains(&format!("pid {}", std::process::id())), "{err}");
+        // Run D: a cell on the CPU A and B use for their Linux side: refused.
+        assert!(matches!(lock_run_cpus_in(&d, &[0], &[]), Err(CpuLockError::Held { cpu: 0, .. })));
+        // Only cell CPUs are listed as held.
+        assert_eq!(held_cpus_in(&d).iter().map(|h| h.cpu).collect::<Vec<_>>(), vec![1, 2]);
+        drop((a, b));
+        lock_run_cpus_in(&d, &[0], &[1]).unwrap();
     }
 
     #[test]

@@ -27,14 +27,17 @@ impl Diag {
         Diag { line, path: path.into(), message: message.into(), fix: fix.into() }
     }
 
-    /// `file:line: path: message — fix`.
+    /// `file:line: path: message — fix`, one line of printable text: every part is escaped and capped
+    /// (a key or a message may come from the file: control characters, megabytes).
     pub fn render(&self, file: &str) -> String {
+        use crate::shown::{FIELD_CAP, PIECE_CAP, line};
+        let file = line(file, 2 * PIECE_CAP);
         let at = match self.line {
             Some(l) => format!("{file}:{l}"),
-            None => file.to_string(),
+            None => file,
         };
-        let path = if self.path.is_empty() { String::new() } else { format!(" {}:", self.path) };
-        format!("{at}:{path} {} — {}", self.message, self.fix)
+        let path = if self.path.is_empty() { String::new() } else { format!(" {}:", line(&self.path, 2 * PIECE_CAP)) };
+        format!("{at}:{path} {} — {}", line(&self.message, FIELD_CAP), line(&self.fix, FIELD_CAP))
     }
 }
 
@@ -384,7 +387,7 @@ fn example_for(field: &str) -> &'static str {
 
 /// Turns a TOML or serde error into a complaint with a line, a path and a fix.
 pub fn diag_from_toml(err: &toml::de::Error, spans: &Spans, text: &str) -> Diag {
-    let msg = err.message().trim().to_string();
+    let msg = cut_quoted(err.message().trim());
     let off = err.span().map(|r| r.start);
     let line = off.map(|o| spans.line_of(o.min(text.len())));
     let path = off.and_then(|o| spans.path_at(o)).unwrap_or_default();
@@ -394,12 +397,13 @@ pub fn diag_from_toml(err: &toml::de::Error, spans: &Spans, text: &str) -> Diag 
         Some(s[i + 1..i + 1 + j].to_string())
     };
     if msg.starts_with("unknown field") {
-        let field = between(&msg, '`', '`').unwrap_or_default();
+        let full = between(err.message(), '`', '`').unwrap_or_default();
+        let field = crate::shown::cut(&full);
         let known = msg.split_once("expected").map(|(_, k)| k.trim().to_string()).unwrap_or_default();
         // The key itself is in the index: the path of the key of that name on that line.
         let path = line
             .and_then(|l| {
-                spans.keys.iter().find(|(p, (kl, _))| *kl == l && (p.ends_with(&format!(".{field}")) || **p == field))
+                spans.keys.iter().find(|(p, (kl, _))| *kl == l && (p.ends_with(&format!(".{full}")) || **p == full))
             })
             .map(|(p, _)| p.clone())
             .unwrap_or(if path.is_empty() { field.clone() } else { format!("{path}.{field}") });
@@ -420,6 +424,15 @@ pub fn diag_from_toml(err: &toml::de::Error, spans: &Spans, text: &str) -> Diag 
         return Diag::new(line, path, msg.clone(), "use one of the values listed");
     }
     if msg.starts_with("invalid type") || msg.starts_with("invalid value") {
+        // serde names our structures ("internally tagged enum RawWork"): say what the file must hold.
+        if let Some((head, _)) = msg.split_once(", expected internally tagged enum") {
+            return Diag::new(
+                line,
+                path,
+                format!("{head}, expected a table with a `kind` (e.g. {{ kind = \"spin\", us = 50 }})"),
+                "write it as a table with a kind, e.g. workload = { kind = \"spin\", us = 50 }",
+            );
+        }
         return Diag::new(line, path, msg.clone(), "give a value of the type expected");
     }
     if err.span().is_some() && spans.keys.is_empty() {
@@ -432,6 +445,15 @@ pub fn diag_from_toml(err: &toml::de::Error, spans: &Spans, text: &str) -> Diag 
         );
     }
     Diag::new(line, path, msg.replace('\n', " "), "see the scenario format in the README")
+}
+
+/// `msg` with each piece quoted in backticks (a key, a value from the file) cut to a short length.
+fn cut_quoted(msg: &str) -> String {
+    msg.split('`')
+        .enumerate()
+        .map(|(i, p)| if i % 2 == 1 { crate::shown::cut(p) } else { p.to_string() })
+        .collect::<Vec<_>>()
+        .join("`")
 }
 
 /// Reads the file's text into its raw structures; on failure one complaint (serde stops at the first).
@@ -447,6 +469,15 @@ pub fn parse(text: &str) -> Result<(RawScenario, Spans), Diag> {
             return Err(d);
         }
         let first = e.message().lines().next().unwrap_or("").trim().to_string();
+        if line.is_none() && first.contains("recursion") {
+            // The parser gives no place: the first line nested that deep.
+            return Err(Diag::new(
+                deepest_line(text),
+                "",
+                format!("syntax error: nested too deeply ({first}): tables, arrays or dotted keys"),
+                "a scenario needs a few levels at most: flatten the nesting",
+            ));
+        }
         return Err(Diag::new(line, "", format!("syntax error: {first}"), "fix the TOML syntax at that line"));
     }
     let spans = Spans::index(text);
@@ -454,6 +485,27 @@ pub fn parse(text: &str) -> Result<(RawScenario, Spans), Diag> {
         Ok(raw) => Ok((raw, spans)),
         Err(e) => Err(diag_from_toml(&e, &spans, text)),
     }
+}
+
+/// The first line with the most nesting (brackets, braces or dots in a key), for a parser error that has
+/// no place.
+fn deepest_line(text: &str) -> Option<usize> {
+    let (mut depth, mut best) = (0usize, (0usize, None));
+    for (i, l) in text.lines().enumerate() {
+        let key_dots = l.split('=').next().map_or(0, |k| k.matches('.').count());
+        for c in l.chars() {
+            match c {
+                '[' | '{' => depth += 1,
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        let here = depth.max(key_dots);
+        if here > best.0 {
+            best = (here, Some(i + 1));
+        }
+    }
+    best.1
 }
 
 /// A `key = word` line whose value is an unquoted word (`period_us = fast`): the complaint for it.
@@ -469,9 +521,41 @@ fn bare_word(text: &str, line: usize) -> Option<Diag> {
         return None;
     }
     let shown: String = value.chars().take(40).collect();
+    let key = crate::shown::cut(key);
+    let numeric = key.ends_with("_us")
+        || key.ends_with("_s")
+        || key.ends_with("_deg")
+        || matches!(
+            key.as_str(),
+            "priority"
+                | "cpu"
+                | "master_cpu"
+                | "capacity"
+                | "frame_bytes"
+                | "values"
+                | "sensitivity"
+                | "at_cycle"
+                | "cycles"
+                | "id"
+                | "bytes"
+                | "simulated"
+                | "drop_after"
+                | "min"
+                | "max"
+                | "us"
+        );
+    if !numeric {
+        // A key whose value is text (`cell = linux`): the quotes are missing.
+        return Some(Diag::new(
+            Some(line),
+            key.clone(),
+            format!("{shown} is a bare word: a string needs quotes"),
+            format!("quote it: {key} = \"{shown}\""),
+        ));
+    }
     Some(Diag::new(
         Some(line),
-        key,
+        key.clone(),
         format!("{shown} is a bare word: expected a number (or true/false); strings need quotes"),
         format!("write a number, e.g. {key} = 1000, or quote a string: {key} = \"{shown}\""),
     ))

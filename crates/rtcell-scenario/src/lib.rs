@@ -10,6 +10,7 @@ pub mod live;
 pub mod plan;
 pub mod report;
 pub mod run;
+mod shown;
 
 pub use file::Diag;
 pub use live::{CellSnapshot, Live};

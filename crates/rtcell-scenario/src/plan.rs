@@ -13,12 +13,16 @@ use rtcell_tasks::{Inject, MissedPolicy, OnCorrupt, TaskSpec, TaskWork, Watchdog
 use crate::file::{Diag, RawScenario, RawService, RawWork, Spans, parse};
 
 mod com;
+mod cycle;
 mod limits;
 mod origin;
+mod payload_args;
+mod region;
 mod writable;
 pub use com::{PlanCom, PlanComSignal};
 pub use limits::{MAX_FILE_BYTES, MAX_SCENARIO_NAME, scenario_name_problem};
 pub use origin::Origin;
+pub use region::{MAX_REGION_BYTES, region_budget};
 
 /// The name tasks use for the Linux side (the master CPU).
 pub const LINUX: &str = "linux";
@@ -210,7 +214,11 @@ pub struct Invalid {
 
 impl std::fmt::Display for Invalid {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let lines: Vec<String> = self.diags.iter().map(|d| d.render(&self.file)).collect();
+        let shown = crate::shown::MAX_SHOWN;
+        let mut lines: Vec<String> = self.diags.iter().take(shown).map(|d| d.render(&self.file)).collect();
+        if self.diags.len() > shown {
+            lines.push(format!("... and {} more problems not shown", self.diags.len() - shown));
+        }
         f.write_str(&lines.join("\n"))
     }
 }
@@ -284,6 +292,9 @@ pub fn validate_text_from(
     let mut v = Validator { spans: &spans, diags: Vec::new(), origin };
     let plan = v.plan(&raw, path, host);
     if v.diags.is_empty() {
+        v.check_layout(&plan);
+    }
+    if v.diags.is_empty() {
         Ok(plan)
     } else {
         v.diags.sort_by_key(|d| d.line.unwrap_or(0));
@@ -338,6 +349,8 @@ impl Validator<'_> {
             self.err("name", why, "rename the scenario, e.g. name = \"line-3\"");
         }
         self.check_ranges(raw);
+        self.check_region(raw);
+        self.check_cycle_lengths(raw);
         self.check_output_files(raw);
         if !(raw.duration_s.is_finite() && raw.duration_s > 0.0) {
             self.err("duration_s", "the duration must be above 0 seconds", "set it in seconds, e.g. duration_s = 10");
@@ -455,6 +468,7 @@ impl Validator<'_> {
                     CellRole::Controller { request: request.clone(), reply: reply.clone(), precision }
                 }
                 (None, Some(payload)) => {
+                    self.check_payload_args(&p, payload, c.args.as_deref());
                     if requested.is_some() && requested != Some(CellKind::Kvm) {
                         self.err(
                             &format!("{p}.payload"),
@@ -934,7 +948,8 @@ impl Validator<'_> {
                     if let Some(o) = outputs {
                         check_signal(self, "workload.outputs", o, None);
                     }
-                    needs_output = Some(2);
+                    // Two values (digital, analog) per device of a simulated segment.
+                    needs_output = Some(2 * usize::from(ec.simulated.unwrap_or(1).max(1)));
                     // A frame out longer than most of the period is lost: the next cycle needs the socket.
                     let timeout_us = ec.timeout_us.unwrap_or(period_us.saturating_mul(9) / 10).max(1);
                     let interface = ec.interface.clone().unwrap_or_default();
@@ -1315,6 +1330,17 @@ impl Plan {
         self.duration = d;
         self
     }
+
+    /// The log files the run will write, relative to its results directory: (task, file).
+    pub fn log_files(&self) -> Vec<(&str, &str)> {
+        self.tasks
+            .iter()
+            .filter_map(|t| match &t.spec.work {
+                TaskWork::Log { file, .. } => Some((t.spec.name.as_str(), file.as_str())),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// Parses a duration: `2s`, `500ms`, `1.5s`, `2m`, or a plain number of seconds.
@@ -1335,8 +1361,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     let v: f64 = num.trim().parse().map_err(|_| format!("{s:?} is not a duration: use e.g. 2s, 500ms, 1m"))?;
     let secs = v * scale;
-    if !(secs.is_finite() && secs > 0.0 && secs < 1e7) {
-        return Err(format!("{s:?}: a duration must be above 0 (e.g. 2s)"));
+    if !(secs.is_finite() && (limits::MIN_DURATION_S..=limits::MAX_DURATION_S).contains(&secs)) {
+        let shown = crate::shown::cut(s);
+        return Err(format!("{shown:?}: a duration must be 1 ms to 30 days (2592000 s), e.g. 2s"));
     }
     Ok(Duration::from_secs_f64(secs))
 }

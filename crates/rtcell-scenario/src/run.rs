@@ -140,7 +140,7 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
-fn layout(plan: &Plan) -> Result<RegionLayout, String> {
+pub(crate) fn layout(plan: &Plan) -> Result<RegionLayout, String> {
     let mut l = RegionLayout::new();
     if plan.cells.iter().any(|c| c.kind == CellKind::Kvm) {
         l.page_aligned();
@@ -154,7 +154,10 @@ fn layout(plan: &Plan) -> Result<RegionLayout, String> {
         rtcell_tasks::add_task_to_layout(&mut l, &t.spec.name).map_err(e)?;
     }
     for ch in &plan.channels {
-        l.ring(&ch.name, RingConfig::for_frames(ch.frame_bytes, ch.frames)).map_err(e)?;
+        let ring = RingConfig::try_for_frames(ch.frame_bytes, ch.frames).ok_or_else(|| {
+            format!("ring {:?}: {} frames of {} bytes: above 2 GiB", ch.name, ch.frames, ch.frame_bytes)
+        })?;
+        l.ring(&ch.name, ring).map_err(e)?;
     }
     for s in &plan.signals {
         l.signal(&s.name, s.values * 8).map_err(e)?;
@@ -172,7 +175,7 @@ fn layout(plan: &Plan) -> Result<RegionLayout, String> {
 /// Tries every C task of a thread or process cell in a throw-away process against a scratch copy of
 /// the region (load, symbols, attach, init), so a missing symbol or a crash in init is reported with
 /// the cell's name before any cell starts, and cannot take this process down.
-fn preflight_c_tasks(plan: &Plan, layout: &RegionLayout) -> Result<(), StartError> {
+fn preflight_c_tasks(plan: &Plan, layout: &RegionLayout, stop: &dyn Fn() -> bool) -> Result<(), StartError> {
     let c_tasks: Vec<&crate::plan::PlanTask> =
         plan.tasks.iter().filter(|t| matches!(t.spec.work, TaskWork::C { .. })).collect();
     if c_tasks.is_empty() {
@@ -184,10 +187,37 @@ fn preflight_c_tasks(plan: &Plan, layout: &RegionLayout) -> Result<(), StartErro
     for t in c_tasks {
         let TaskWork::C { library, init, step, com } = &t.spec.work else { continue };
         let cell = t.cell.as_deref().unwrap_or(crate::plan::LINUX);
-        rtcell_cells::probe_c_task(&scratch, library, init.as_deref(), step, com)
+        rtcell_cells::probe_c_task_until(&scratch, library, init.as_deref(), step, com, stop)
             .map_err(|e| StartError(format!("cell {cell:?}: task {:?}: {e}; nothing was started", t.spec.name)))?;
     }
     Ok(())
+}
+
+/// Waits for a cell to run, up to [`START_TIMEOUT`], giving up within 100 ms of a stop (the cells
+/// started so far are stopped, or killed, when dropped).
+fn wait_started(cell: &mut Cell, stop: &dyn Fn() -> bool) -> Result<Duration, StartError> {
+    let t0 = std::time::Instant::now();
+    loop {
+        let slice = START_TIMEOUT.saturating_sub(t0.elapsed()).min(Duration::from_millis(100));
+        match cell.wait_running(slice) {
+            Ok(d) => return Ok(d),
+            Err(rtcell_cells::CellError::StartTimeout { cell: name, .. }) => {
+                if stop() {
+                    return Err(StartError(format!("interrupted while cell {name:?} was starting; nothing ran")));
+                }
+                if t0.elapsed() >= START_TIMEOUT {
+                    let e = rtcell_cells::CellError::StartTimeout {
+                        cell: name,
+                        kind: cell.spec().kind,
+                        cpu: cell.spec().cpu,
+                        waited: START_TIMEOUT,
+                    };
+                    return Err(StartError(e.to_string()));
+                }
+            }
+            Err(e) => return Err(StartError(e.to_string())),
+        }
+    }
 }
 
 /// Per-CPU steal counters (jiffies) from /proc/stat.
@@ -255,7 +285,7 @@ pub fn run_observed(
     observe: &dyn Fn(Arc<Live>),
 ) -> Result<RunResult, StartError> {
     let layout = layout(plan).map_err(|e| StartError(format!("region layout: {e}")))?;
-    preflight_c_tasks(plan, &layout)?;
+    preflight_c_tasks(plan, &layout, stop)?;
     let shm = SharedMemory::create_anonymous(&format!("scenario-{}", plan.name), layout.size_bytes())
         .map_err(|e| StartError(format!("shared memory: {e}")))?;
     layout.init(shm.words(), std::process::id()).map_err(|e| StartError(format!("region: {e}")))?;
@@ -345,7 +375,7 @@ pub fn run_observed(
             vm: VmOptions::default(),
         };
         let mut cell = Cell::start(spec, Arc::clone(&shm)).map_err(|e| StartError(e.to_string()))?;
-        let started = cell.wait_running(START_TIMEOUT).map_err(|e| StartError(e.to_string()))?;
+        let started = wait_started(&mut cell, stop)?;
         warnings.extend(cell.warnings().iter().cloned());
         cells.push((cell, Some(started)));
     }

@@ -83,12 +83,26 @@ pub struct RingConfig {
 }
 
 impl RingConfig {
-    /// A ring that holds at least `frames` frames of `max_frame` bytes.
+    /// A ring that holds at least `frames` frames of `max_frame` bytes. Panics when that ring would be
+    /// larger than a ring can be ([`RingConfig::try_for_frames`] says so instead).
     pub const fn for_frames(max_frame: u32, frames: u32) -> RingConfig {
-        let frame = FRAME_HEADER as u32 + round16(max_frame);
-        let capacity = (frame * frames + FRAME_HEADER as u32 + 64).next_power_of_two();
+        match RingConfig::try_for_frames(max_frame, frames) {
+            Some(c) => c,
+            None => panic!("ring too large: frames x max_frame above 2 GiB"),
+        }
+    }
+
+    /// [`RingConfig::for_frames`], or `None` when the ring's capacity (a power of two in a `u32`) would
+    /// be above 2 GiB: the arithmetic never wraps.
+    pub const fn try_for_frames(max_frame: u32, frames: u32) -> Option<RingConfig> {
+        let frame = FRAME_HEADER as u64 + ((max_frame as u64 + 15) & !15);
+        let need = frame * frames as u64 + FRAME_HEADER as u64 + 64;
+        if need > 1 << 31 {
+            return None;
+        }
+        let capacity = (need as u32).next_power_of_two();
         let capacity = if capacity < 64 { 64 } else { capacity };
-        RingConfig { capacity, max_frame, overflow: Overflow::Reject, notify: false }
+        Some(RingConfig { capacity, max_frame, overflow: Overflow::Reject, notify: false })
     }
 
     /// Bytes the whole channel takes in the region.

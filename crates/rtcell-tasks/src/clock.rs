@@ -29,6 +29,26 @@ pub fn sleep_until(deadline_ns: u64) {
     }
 }
 
+/// Longest slice of a sleep that honours a stop: a stop is seen within this (100 ms).
+pub const STOP_SLICE_NS: u64 = 100_000_000;
+
+/// [`sleep_until`], in slices of at most [`STOP_SLICE_NS`] while more than one slice is left, checking
+/// `stopped` after each: `false` when a stop came first. A sleep shorter than a slice (any period below
+/// 100 ms) is the one absolute sleep of [`sleep_until`], so short-period tasks are unchanged.
+pub fn sleep_until_or_stop(deadline_ns: u64, stopped: &dyn Fn() -> bool) -> bool {
+    loop {
+        let now = mono_ns();
+        if deadline_ns.saturating_sub(now) <= STOP_SLICE_NS {
+            sleep_until(deadline_ns);
+            return true;
+        }
+        sleep_until(now + STOP_SLICE_NS);
+        if stopped() {
+            return false;
+        }
+    }
+}
+
 /// Sleeps for `ns` from now.
 pub fn sleep_ns(ns: u64) {
     sleep_until(mono_ns().saturating_add(ns));

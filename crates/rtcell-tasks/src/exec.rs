@@ -16,7 +16,7 @@ use rtcell_host::tsc::rdtsc_ordered;
 use rtcell_shm::histogram::HistogramWriter;
 use rtcell_shm::{RegionView, SignalView};
 
-use crate::clock::{mono_ns, sleep_ns, sleep_until};
+use crate::clock::{mono_ns, sleep_ns, sleep_until_or_stop};
 use crate::corrupt::StepError;
 use crate::params::ParamReader;
 use crate::spec::{MissedPolicy, OnCorrupt, TaskSpec};
@@ -315,7 +315,10 @@ impl Running<'_> {
             if release >= sched.end() {
                 return Ok(true);
             }
-            sleep_until(release);
+            // A long sleep (a long period) wakes on a stop; a short one is one absolute sleep as before.
+            if !sleep_until_or_stop(release, stopped) {
+                return Ok(false);
+            }
             let t_start = mono_ns();
             let c0 = rdtsc_ordered();
             let info = CycleInfo {
@@ -342,9 +345,11 @@ impl Running<'_> {
             k += 1;
             let next = release.saturating_add(period);
             if t_end >= next && self.spec.missed == MissedPolicy::Skip {
-                // Every release already past is skipped; the next one still ahead runs.
+                // Every release already past is skipped; the next one still ahead runs. Only releases
+                // inside the run count as skipped (a cycle running past the end skips no release after it).
                 let behind = (t_end - next) / period + 1;
-                self.stats.skipped += behind;
+                let inside = if next >= sched.end() { 0 } else { (sched.end() - next - 1) / period + 1 };
+                self.stats.skipped += behind.min(inside);
                 self.stats.publish();
                 release = next.saturating_add(behind.saturating_mul(period));
             } else {

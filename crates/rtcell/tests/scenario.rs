@@ -341,8 +341,12 @@ fn a_log_file_is_never_written_through_a_symlink_in_an_existing_out() {
         let s = dir.path().join("s.toml");
         std::fs::write(&s, log_scenario("links", file)).unwrap();
         let o = rtcell().args(["run", s.to_str().unwrap(), "--out", out.to_str().unwrap()]).output().unwrap();
-        assert_eq!(o.status.code(), Some(1), "{file}: {}", text(&o));
-        assert!(String::from_utf8_lossy(&o.stderr).contains("log file"), "{file}: {}", text(&o));
+        // Refused before anything starts (bad input: exit 2), the link named.
+        assert_eq!(o.status.code(), Some(2), "{file}: {}", text(&o));
+        let link = out.join(file.split('/').next().unwrap());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("{} (on the way to task", link.display())), "{file}: {}", text(&o));
+        assert!(err.contains("is a symbolic link"), "{file}: {}", text(&o));
         assert!(!victim.exists() && !dir.path().join("victim2").exists(), "{file}: written through a symlink");
     }
 }

@@ -14,6 +14,8 @@ pub const MAX_FILE_BYTES: usize = 1 << 20;
 pub const MAX_SCENARIO_NAME: usize = 48;
 /// Longest run: 30 days.
 pub const MAX_DURATION_S: f64 = 30.0 * 24.0 * 3600.0;
+/// Shortest run: 1 ms.
+pub const MIN_DURATION_S: f64 = 1e-3;
 /// Longest period, watchdog time or frame timeout: 1 hour, in microseconds.
 pub const MAX_PERIOD_US: u64 = 3_600_000_000;
 /// Largest count of cycles (an injection's start and length) and watchdog sensitivity.
@@ -81,10 +83,10 @@ impl Validator<'_> {
             self.float_range(
                 "duration_s",
                 raw.duration_s,
-                (0.0, true),
+                (MIN_DURATION_S, false),
                 MAX_DURATION_S,
                 " s",
-                "duration_s = 10 (at most 30 days)",
+                "duration_s = 10 (1 ms to 30 days)",
             );
         }
         for (tname, t) in &raw.tasks {
@@ -210,6 +212,17 @@ impl Validator<'_> {
                     &path,
                     format!("task {prev:?} already writes log file {file:?} (two writers on one file)"),
                     "give each log task its own file",
+                );
+            }
+        }
+        // A file cannot also be a directory of another file (`logs` and `logs/b.log`).
+        for (file, tname) in &writers {
+            let inside = format!("{file}/");
+            if let Some((other, _)) = writers.range(inside.clone()..).next().filter(|(o, _)| o.starts_with(&inside)) {
+                self.err(
+                    &format!("tasks.{tname}.workload.file"),
+                    format!("log file {file:?} is also the directory of log file {other:?}"),
+                    "give the log a name that is not a directory of another log, e.g. add .log",
                 );
             }
         }

@@ -8,9 +8,18 @@ use super::{EXIT_USAGE, Plan};
 /// Takes `cpus` for this run. `Err`: the message to print and the exit status (2 when another run
 /// holds one of them: nothing was started).
 pub fn take(cpus: &[usize]) -> Result<CpuLocks, (String, i32)> {
-    rtcell_host::cpulock::lock_cpus(cpus).map_err(|e| {
+    take_run(cpus, &[])
+}
+
+/// Takes a run's `cells` CPUs exclusively and the CPUs of its Linux side and loads (`shared`) shared:
+/// see [`rtcell_host::cpulock::lock_run_cpus`].
+pub fn take_run(cells: &[usize], shared: &[usize]) -> Result<CpuLocks, (String, i32)> {
+    rtcell_host::cpulock::lock_run_cpus(cells, shared).map_err(|e| {
         let code = match e {
-            CpuLockError::Held { .. } | CpuLockError::UnsafeDir { .. } | CpuLockError::UnsafeFile { .. } => EXIT_USAGE,
+            CpuLockError::Held { .. }
+            | CpuLockError::CellOfOther { .. }
+            | CpuLockError::UnsafeDir { .. }
+            | CpuLockError::UnsafeFile { .. } => EXIT_USAGE,
             CpuLockError::Io { .. } => 1,
         };
         (format!("error: {e}; nothing was started"), code)

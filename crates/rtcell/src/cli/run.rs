@@ -62,6 +62,12 @@ pub fn plan_cpus(plan: &Plan) -> Vec<usize> {
     plan.cells.iter().map(|c| c.cpu).collect()
 }
 
+/// The CPUs of a scenario's Linux side (the master CPU) and its loads: shared with other runs' Linux
+/// sides, never another run's cell CPU.
+pub fn plan_linux_cpus(plan: &Plan) -> Vec<usize> {
+    std::iter::once(plan.master_cpu).chain(plan.loads.iter().flat_map(|l| l.cpus.iter().copied())).collect()
+}
+
 /// The results directory of a run: `out`, or a new one; refused if it holds a results.json already.
 pub fn out_dir(plan: &Plan, out: Option<PathBuf>) -> Result<PathBuf, (String, i32)> {
     let out = out.unwrap_or_else(|| default_out(&format!("scenario-{}", plan.name)));
@@ -74,7 +80,50 @@ pub fn out_dir(plan: &Plan, out: Option<PathBuf>) -> Result<PathBuf, (String, i3
             EXIT_USAGE,
         ));
     }
+    if let Some(msg) = symlink_on_a_log_path(plan, &out) {
+        return Err((format!("error: {msg}; nothing was started"), EXIT_USAGE));
+    }
     Ok(out)
+}
+
+/// A symbolic link already in `out` on the way to a log file of the plan (a directory or the file
+/// itself): rtcell never writes through one, so the run is refused before it starts, naming the link.
+fn symlink_on_a_log_path(plan: &Plan, out: &Path) -> Option<String> {
+    for (task, file) in plan.log_files() {
+        let mut at = out.to_path_buf();
+        for part in Path::new(file).components() {
+            at.push(part);
+            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Some(format!(
+                    "--out {}: {} (on the way to task {:?}'s log file {file:?}) is a symbolic link; rtcell never \
+                     writes through one: remove it or pick another --out",
+                    out.display(),
+                    at.display(),
+                    task
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// A results directory of its own for a run without `--out`: `base` made with mkdir (never reused, so
+/// two runs in the same second never share one), else `base-2`, `base-3`, ... Its parents are created.
+pub fn claim_new_dir(base: &Path) -> Result<PathBuf, (String, i32)> {
+    let fail = |p: &Path, e: std::io::Error| (format!("error: cannot create {}: {e}", p.display()), 1);
+    if let Some(parent) = base.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| fail(parent, e))?;
+    }
+    let name = base.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    for i in 1..=1000 {
+        let p = if i == 1 { base.to_path_buf() } else { base.with_file_name(format!("{name}-{i}")) };
+        match std::fs::create_dir(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(fail(&p, e)),
+        }
+    }
+    Err((format!("error: {} and 999 others like it exist already; give --out", base.display()), 1))
 }
 
 /// How a run ended: its exit status and, when written, its results.json.
@@ -121,6 +170,11 @@ pub fn execute(
     let stop = || stop() || rtcell_bench::stop_requested();
     let r = match rtcell_scenario::run_observed(plan, tsc.khz(), out, &stop, observe) {
         Ok(r) => r,
+        Err(e) if stop() => {
+            // Ctrl-C or SIGTERM while the run was starting: nothing ran, nothing is left running.
+            eprintln!("interrupted before the run started: {e}");
+            return Ended { code: EXIT_INTERRUPTED, results: None, error: Some(format!("interrupted: {e}")) };
+        }
         Err(e) => return failed(format!("error: scenario {:?} could not start: {e}", plan.name)),
     };
     results.host.steal_pct = steal.finish();
@@ -184,8 +238,9 @@ pub fn main(
     history: Option<&Path>,
     serve: Option<&super::gateway::ServeArgs>,
 ) -> i32 {
+    let fresh = out.is_none();
     let prepared = load_plan(file, duration, kinds).and_then(|plan| out_dir(&plan, out).map(|o| (plan, o)));
-    let (plan, out) = match prepared {
+    let (plan, mut out) = match prepared {
         Ok(p) => p,
         Err((msg, code)) => {
             eprintln!("{msg}");
@@ -193,13 +248,23 @@ pub fn main(
         }
     };
     // Held until the run ends (the gateway's linger included).
-    let _cpu_locks = match super::cpus::take(&plan_cpus(&plan)) {
+    let _cpu_locks = match super::cpus::take_run(&plan_cpus(&plan), &plan_linux_cpus(&plan)) {
         Ok(l) => l,
         Err((msg, code)) => {
             eprintln!("{msg}");
             return code;
         }
     };
+    if fresh {
+        // Made here, once the CPUs are ours: a refused run leaves no directory behind.
+        out = match claim_new_dir(&out) {
+            Ok(o) => o,
+            Err((msg, code)) => {
+                eprintln!("{msg}");
+                return code;
+            }
+        };
+    }
     let tsc = match TscClock::calibrate() {
         Ok(t) => t,
         Err(e) => {
