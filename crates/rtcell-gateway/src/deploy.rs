@@ -110,8 +110,10 @@ impl Deployer {
         }
 
         // The CPU's lock for the cell's lifetime: refused if a run (of this process or another) holds it.
-        let cpu_lock = rtcell_host::cpulock::lock_cpus(&[cpu])
-            .map_err(|e| Status::failed_precondition(format!("cannot deploy onto CPU {cpu}: {e}")))?;
+        let cpu_lock = rtcell_host::cpulock::lock_cpus(&[cpu]).map_err(|e| {
+            eprintln!("gateway: deploy onto CPU {cpu} refused: {e}");
+            Status::failed_precondition(format!("cannot deploy onto CPU {cpu}: {}", e.client_message()))
+        })?;
         // Store under the hash (written aside first, so a half-written file never has the final name),
         // then validate the stored file: what is checked is exactly what will be loaded.
         let dir = &self.state.payloads;

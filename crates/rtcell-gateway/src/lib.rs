@@ -35,5 +35,5 @@ pub mod pb {
     tonic::include_proto!("rtcell.v1");
 }
 
-pub use runs::{RunOutcome, RunSlot, Runner, StartRequest};
+pub use runs::{Refusal, RunOutcome, RunSlot, Runner, StartRequest};
 pub use service::{Gateway, GatewayOptions};

@@ -118,7 +118,22 @@ impl RunSlot {
 pub trait Runner: Send + Sync {
     /// Validates the scenario and starts it in the background; returns at once with its slot, or with
     /// why it was refused (invalid scenario: every problem, file:line: field: what — fix).
-    fn start(&self, req: StartRequest) -> Result<Arc<RunSlot>, String>;
+    fn start(&self, req: StartRequest) -> Result<Arc<RunSlot>, Refusal>;
+}
+
+/// Why a runner did not start a scenario; each has its own gRPC status.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Refusal {
+    /// The scenario is invalid (INVALID_ARGUMENT): every problem, file:line: field: what — fix.
+    #[error("{0}")]
+    Invalid(String),
+    /// A CPU it needs is another run's (FAILED_PRECONDITION); the text names the CPU and the holder's pid,
+    /// never its command line.
+    #[error("{0}")]
+    Busy(String),
+    /// The server could not start it (INTERNAL); the details are in the server's log.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// A scenario to start.

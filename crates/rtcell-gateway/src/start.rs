@@ -11,7 +11,7 @@ use rtcell_scenario::Origin;
 use tonic::Status;
 
 use crate::pb;
-use crate::runs::StartRequest;
+use crate::runs::{Refusal, StartRequest};
 use crate::security::quoted;
 use crate::service::Gateway;
 use crate::snapshot;
@@ -148,7 +148,11 @@ impl Gateway {
                 if let Some(p) = spooled {
                     let _ = std::fs::remove_file(p);
                 }
-                Err(Status::invalid_argument(bounded_lines(&e)))
+                Err(match e {
+                    Refusal::Invalid(m) => Status::invalid_argument(bounded_lines(&m)),
+                    Refusal::Busy(m) => Status::failed_precondition(bounded_lines(&m)),
+                    Refusal::Failed(m) => Status::internal(bounded_lines(&m)),
+                })
             }
         }
     }

@@ -83,6 +83,35 @@ pub enum CpuLockError {
     },
 }
 
+impl CpuLockError {
+    /// The refusal as a remote client may see it: which CPU and the holder's pid and start time, never its
+    /// command line or this machine's paths (those go to the server's own log).
+    pub fn client_message(&self) -> String {
+        let who = |h: &Option<Holder>| {
+            h.as_ref().map_or_else(
+                || "its record is unreadable".to_string(),
+                |h| format!("pid {}, since {}", h.pid, h.since()),
+            )
+        };
+        match self {
+            CpuLockError::Held { cpu, holder } => {
+                format!("CPU {cpu} is in use by another rtcell run ({})", who(holder))
+            }
+            CpuLockError::CellOfOther { cpu, holder } => {
+                format!("CPU {cpu} is a cell CPU of another rtcell run ({})", who(holder))
+            }
+            CpuLockError::UnsafeDir { .. } | CpuLockError::UnsafeFile { .. } | CpuLockError::Io { .. } => {
+                "the server could not take the CPU lock (see its log)".into()
+            }
+        }
+    }
+
+    /// Whether another run holds what was asked for (as opposed to the lock failing).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, CpuLockError::Held { .. } | CpuLockError::CellOfOther { .. })
+    }
+}
+
 fn held_message(cpu: usize, holder: Option<&Holder>) -> String {
     match holder {
         Some(h) => format!(

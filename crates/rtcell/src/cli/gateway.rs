@@ -11,7 +11,7 @@ use clap::Args;
 use rtcell_gateway::listen::{Addr, default_socket};
 use rtcell_gateway::server::{Running, ServeOptions, TcpAuth, TlsFiles};
 use rtcell_gateway::start::ScenarioSources;
-use rtcell_gateway::{Gateway, GatewayOptions, RunOutcome, RunSlot, Runner, StartRequest};
+use rtcell_gateway::{Gateway, GatewayOptions, Refusal, RunOutcome, RunSlot, Runner, StartRequest};
 use rtcell_host::tsc::TscClock;
 use rtcell_scenario::Plan;
 
@@ -201,12 +201,18 @@ struct ScenarioRunner {
 }
 
 impl Runner for ScenarioRunner {
-    fn start(&self, req: StartRequest) -> Result<Arc<RunSlot>, String> {
+    fn start(&self, req: StartRequest) -> Result<Arc<RunSlot>, Refusal> {
         let plan = super::run::load_plan_from(&req.path, req.duration.as_deref(), &req.kinds, &req.origin)
-            .map_err(|(m, _)| m)?;
+            .map_err(|(m, _)| Refusal::Invalid(m))?;
         let id = run_id(&plan.name);
-        let out = super::run::out_dir(&plan, Some(self.out_root.join(&id))).map_err(|(m, _)| m)?;
-        let locks = super::cpus::take(&super::run::plan_cpus(&plan)).map_err(|(m, _)| m)?;
+        let out = super::run::out_dir(&plan, Some(self.out_root.join(&id))).map_err(|(m, _)| Refusal::Invalid(m))?;
+        // The same CPUs as `rtcell run` takes: its cells exclusively, its Linux side and loads shared.
+        let locks =
+            rtcell_host::cpulock::lock_run_cpus(&super::run::plan_cpus(&plan), &super::run::plan_linux_cpus(&plan))
+                .map_err(|e| {
+                    eprintln!("gateway: scenario {:?} refused: {e}", plan.name);
+                    if e.is_busy() { Refusal::Busy(e.client_message()) } else { Refusal::Failed(e.client_message()) }
+                })?;
         let slot = Arc::new(RunSlot::new(id, plan.name.clone(), plan.duration, out.clone()));
         let (s2, tsc, history, file) = (Arc::clone(&slot), self.tsc, self.history.clone(), req.path.clone());
         std::thread::Builder::new()
@@ -219,7 +225,7 @@ impl Runner for ScenarioRunner {
                 drop(locks);
                 s2.finish(RunOutcome { exit_code: ended.code, results_path: ended.results, error: ended.error });
             })
-            .map_err(|e| format!("cannot start the run's thread: {e}"))?;
+            .map_err(|e| Refusal::Failed(format!("cannot start the run's thread: {e}")))?;
         Ok(slot)
     }
 }
@@ -280,6 +286,12 @@ pub fn serve_main(a: ServeCmd) -> i32 {
         }
     });
     let master_cpus = a.cpus.clone().unwrap_or_else(|| vec![0]);
+    // Every thread of the daemon (this one, the signal handler's, the runtime's) stays on its CPUs: the
+    // threads started from here inherit this affinity. Cells pin themselves to their own CPUs.
+    if let Err(e) = rtcell_host::cpu::pin_current_thread_to(&master_cpus) {
+        eprintln!("error: --cpus {master_cpus:?}: {e}");
+        return EXIT_USAGE;
+    }
     let opts = match options(&listen, &a.flags, master_cpus.clone()) {
         Ok(o) => o,
         Err(e) => {
