@@ -190,6 +190,7 @@ priority = 54
 output = "tq2"
 on_corrupt = "trip"
 safe_value = [0, 0, 0, 0, 0, -1.5]
+watchdog = { time_us = 1000, sensitivity = 100 }
 workload = { kind = "inverse_dynamics", setpoint = "sp" }
 [tasks.rx]
 cell = "linux"
@@ -214,8 +215,8 @@ fn scribbled_rings_signals_unread_channels_and_statistics_are_named_resynced_or_
     let out = dir.path().join("run");
     let o = rtcell().arg("run").arg(&file).arg("--out").arg(&out).output().expect("rtcell runs");
     let t = text(&o);
-    let doc = valid_results(&out);
     assert_eq!(o.status.code(), Some(1), "{t}");
+    let doc = valid_results(&out);
     assert!(!t.contains("Corrupt(\""), "our words, not a Rust debug form:\n{t}");
     // The ring: the sender resyncs once it is valid again; the receiver trips as it says.
     let tx = outcome_task(&doc, "tx");
