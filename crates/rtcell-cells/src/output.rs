@@ -222,7 +222,11 @@ mod tests {
         assert_eq!(lines.next(), Some("cell \"c\": \\x1b[2J\\x1b[HCell \"c\": done (exit code 0)"));
         let l2 = lines.next().unwrap();
         assert!(l2.starts_with("cell \"c\": xxx"), "{}", &l2[..40]);
-        assert!(l2.ends_with(&format!("…[{} more bytes of this line not shown]", 2 * PEER_TEXT_CAP)), "{}", &l2[l2.len() - 80..]);
+        assert!(
+            l2.ends_with(&format!("…[{} more bytes of this line not shown]", 2 * PEER_TEXT_CAP)),
+            "{}",
+            &l2[l2.len() - 80..]
+        );
         let total = 100_000 + 3;
         assert_eq!(out.shown() + out.suppressed(), total, "every line is shown or counted");
         assert!(out.suppressed() > 0 && out.shown() < total, "a flood is rate limited");

@@ -175,10 +175,15 @@ impl<'a> RegionWatch<'a> {
                 Err(e) => {
                     let what = match e {
                         SignalError::Corrupt(w) => w.to_string(),
-                        SignalError::TooSmall { len } => format!("it claims a value of {len} bytes, more than it holds"),
+                        SignalError::TooSmall { len } => {
+                            format!("it claims a value of {len} bytes, more than it holds")
+                        }
                         SignalError::TooLarge { .. } | SignalError::Busy => continue,
                     };
-                    bad.push((name.clone(), format!("corrupt channel {name:?} (signal), found by the supervisor: {what}")));
+                    bad.push((
+                        name.clone(),
+                        format!("corrupt channel {name:?} (signal), found by the supervisor: {what}"),
+                    ));
                 }
             }
         }

@@ -1353,9 +1353,10 @@ fn uses_channels(t: &crate::file::RawTask) -> bool {
         || t.recv.is_some()
         || t.output.is_some()
         || match &t.workload {
-            RawWork::InverseDynamics { .. } | RawWork::Drive { .. } | RawWork::Master { .. } | RawWork::ComMaster { .. } => {
-                true
-            }
+            RawWork::InverseDynamics { .. }
+            | RawWork::Drive { .. }
+            | RawWork::Master { .. }
+            | RawWork::ComMaster { .. } => true,
             RawWork::Log { signals, .. } => !signals.is_empty(),
             _ => false,
         }

@@ -263,7 +263,8 @@ pub fn run_observed(
     let region = RegionView::attach(shm.words()).map_err(|e| StartError(format!("region: {e}")))?;
     let sched = Schedule::attach(&region).map_err(|e| StartError(format!("schedule: {e}")))?;
     let mut sched = crate::integrity::ScheduleGuard::new(sched);
-    let mut watch = crate::integrity::RegionWatch::new(plan, &region).map_err(|e| StartError(format!("region: {e}")))?;
+    let mut watch =
+        crate::integrity::RegionWatch::new(plan, &region).map_err(|e| StartError(format!("region: {e}")))?;
     rtcell_cells::set_tsc_khz(tsc_khz);
     let mut warnings: Vec<String> = plan.notes.clone();
     warnings.extend(throttling_warning(plan));
@@ -475,19 +476,14 @@ pub fn run_observed(
             if !watch.block_ok(&s.name, start, &mut errors) {
                 continue;
             }
-            if cnt.corrupt > 0
-                && cnt.state != Some(TaskState::Tripped)
-                && !reported_corrupt.contains(&s.name)
-            {
+            if cnt.corrupt > 0 && cnt.state != Some(TaskState::Tripped) && !reported_corrupt.contains(&s.name) {
                 reported_corrupt.push(s.name.clone());
                 if tty {
                     live_lines = 0;
                 }
                 eprintln!("error: task {:?}: {}", s.name, cnt.message);
             }
-            if cnt.state == Some(TaskState::Tripped)
-                && !reported_trips.contains(&s.name)
-            {
+            if cnt.state == Some(TaskState::Tripped) && !reported_trips.contains(&s.name) {
                 reported_trips.push(s.name.clone());
                 let msg = format!("task {:?} stopped: {}", s.name, cnt.message);
                 if tty {

@@ -157,4 +157,3 @@ impl<'a> Frames<'a> {
         Ok(())
     }
 }
-

@@ -16,6 +16,7 @@ use rtcell_host::tsc::rdtsc_ordered;
 use rtcell_shm::histogram::HistogramWriter;
 use rtcell_shm::{RegionView, SignalView};
 
+use crate::chan::Frames;
 use crate::clock::{mono_ns, sleep_ns, sleep_until};
 use crate::corrupt::StepError;
 use crate::params::ParamReader;
@@ -23,7 +24,6 @@ use crate::spec::{MissedPolicy, OnCorrupt, TaskSpec};
 use crate::stats::{
     BUCKET_NS, BUCKETS, Schedule, StatsWriter, TaskCounters, TaskState, exec_channel, latency_channel, read_counters,
 };
-use crate::chan::Frames;
 use crate::work::{Body, CycleInfo, write_f64s};
 
 /// How long tasks may take to get ready (calibration, files) before the set gives up.
@@ -103,11 +103,9 @@ pub fn run_set_scheduled(
         let mut handles = Vec::new();
         for t in tasks {
             let (warnings, halt) = (&warnings, &halt);
-            let h = std::thread::Builder::new()
-                .name(format!("task-{}", t.name))
-                .spawn_scoped(s, move || {
-                    task_main(t, region, schedule, stop, halt, warnings).map(|c| (t.name.clone(), c))
-                });
+            let h = std::thread::Builder::new().name(format!("task-{}", t.name)).spawn_scoped(s, move || {
+                task_main(t, region, schedule, stop, halt, warnings).map(|c| (t.name.clone(), c))
+            });
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => outcome.faulted.push((t.name.clone(), format!("cannot start its thread: {e}"))),

@@ -24,4 +24,6 @@ pub mod work;
 pub use corrupt::StepError;
 pub use exec::{SetOutcome, StopSignal, run_set, run_set_scheduled};
 pub use spec::{Inject, MissedPolicy, OnCorrupt, TaskSpec, TaskWork, Watchdog};
-pub use stats::{PrivateSchedule, Schedule, TaskCounters, TaskState, add_schedule_to_layout, add_task_to_layout, read_counters};
+pub use stats::{
+    PrivateSchedule, Schedule, TaskCounters, TaskState, add_schedule_to_layout, add_task_to_layout, read_counters,
+};

@@ -9,8 +9,8 @@ use rtcell_control::offload::{Precision, Reply, Request};
 use rtcell_host::tsc::rdtsc_ordered;
 use rtcell_shm::{Consumer, Producer, RecvError, RegionView, SendError, SignalError, SignalView};
 
-use crate::clock::mono_ns;
 use crate::chan::{RingEnd, Sig, consumer, producer, read_sig, write_sig};
+use crate::clock::mono_ns;
 use crate::corrupt::{Scribbler, StepError, signal_corrupt};
 use crate::dynamics::{DOF, GRAVITY, PUMA560, inverse_dynamics, quintic};
 use crate::spec::{COMMAND_VALUES, Inject, SETPOINT_VALUES, TORQUE_VALUES, TaskSpec, TaskWork};
