@@ -507,3 +507,28 @@ pub fn read_histogram<'a>(
     let w = region.raw(channel).map_err(|e| format!("{channel}: {e}"))?;
     rtcell_shm::histogram::HistogramReader::read(w).map_err(|e| format!("{channel}: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_block_is_checked_against_what_its_task_can_have_counted() {
+        let w: Vec<AtomicU64> = (0..WORDS).map(|_| AtomicU64::new(0)).collect();
+        assert_eq!(check_live(&w, &|| 0), Ok(()));
+        w[W_STATE].store(TaskState::Running as u64, Ordering::Relaxed);
+        w[W_CYCLES].store(10, Ordering::Relaxed);
+        w[W_OVERRUNS].store(11, Ordering::Relaxed);
+        w[W_CORRUPT].store(3, Ordering::Relaxed);
+        assert_eq!(check_live(&w, &|| 12), Ok(()), "one count ahead of the cycles is a publish in flight");
+        assert!(check_live(&w, &|| 9).unwrap_err().contains("at most 9 releases"));
+        w[W_CONSEC].store(12, Ordering::Relaxed);
+        assert!(check_live(&w, &|| 12).unwrap_err().contains("12 consecutive overruns in 10 cycles"));
+        w[W_CONSEC].store(0, Ordering::Relaxed);
+        w[W_MSG_LEN].store(MAX_MESSAGE as u64 + 1, Ordering::Relaxed);
+        assert!(check_live(&w, &|| 12).unwrap_err().contains("its message claims"));
+        w[W_MSG_LEN].store(0, Ordering::Relaxed);
+        w[W_STATE].store(0x8000_0000_8000_0001, Ordering::Relaxed);
+        assert!(check_live(&w, &|| 12).unwrap_err().contains("impossible state"));
+    }
+}
