@@ -3,6 +3,9 @@
 //! ([`StepError::Corrupt`], naming it), which the task's `on_corrupt` handles in one place (the
 //! executive); a ring end found corrupted is taken up again from the shared positions next time.
 
+use std::cell::Cell;
+
+use rtcell_shm::sync::Ordering;
 use rtcell_shm::{Consumer, Producer, RecvError, RegionView, RingView, SendError, SignalView};
 
 use crate::corrupt::{StepError, ring_corrupt, signal_corrupt};
@@ -15,6 +18,15 @@ use crate::work::{try_read_f64s, try_write_f64s};
 pub struct Sig<'a> {
     pub name: String,
     pub view: SignalView<'a>,
+    /// The sequence word as our last write left it (0: none to compare with). A signal has one writer,
+    /// so a change between two of our writes is a peer's.
+    written: Cell<u64>,
+}
+
+impl<'a> Sig<'a> {
+    pub fn new(name: &str, view: SignalView<'a>) -> Sig<'a> {
+        Sig { name: name.to_string(), view, written: Cell::new(0) }
+    }
 }
 
 impl<'a> std::ops::Deref for Sig<'a> {
@@ -30,8 +42,19 @@ pub fn read_sig(sig: &Sig<'_>, out: &mut [f64]) -> Result<usize, StepError> {
 }
 
 /// [`write_f64s`] to a named signal: a slot a peer made impossible is a corrupt channel.
+/// A slot changed since our last write (we are its only writer) is one too: the write is skipped this
+/// time and goes ahead next time (a resync), unless the task trips.
 pub fn write_sig(sig: &Sig<'_>, values: &[f64]) -> Result<(), StepError> {
-    try_write_f64s(&sig.view, values).map_err(|e| signal_corrupt(&sig.name, "write", e))
+    let last = sig.written.replace(0);
+    if last != 0 && sig.view.seq_word().load(Ordering::Acquire) != last {
+        return Err(StepError::Corrupt {
+            channel: sig.name.clone(),
+            what: "write: the slot changed since our last write (a signal has one writer)".into(),
+        });
+    }
+    try_write_f64s(&sig.view, values).map_err(|e| signal_corrupt(&sig.name, "write", e))?;
+    sig.written.set(sig.view.seq_word().load(Ordering::Relaxed));
+    Ok(())
 }
 
 /// One end of a ring a task uses, with our (scenario) name for it. After a step found the ring

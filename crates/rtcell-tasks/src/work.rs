@@ -101,7 +101,7 @@ fn open_log(file: &str, created: Option<(u64, u64)>) -> Result<File, String> {
 
 fn signal<'a>(region: &RegionView<'a>, name: &str) -> Result<Sig<'a>, String> {
     let view = region.signal(name).map_err(|e| format!("signal {name:?}: {e}"))?;
-    Ok(Sig { name: name.to_string(), view })
+    Ok(Sig::new(name, view))
 }
 
 /// A cycle's body with everything it needs.

@@ -239,6 +239,11 @@ fn scribbled_rings_signals_unread_channels_and_statistics_are_named_resynced_or_
     assert_eq!(dyn2["corrupt_steps"], 1, "{dyn2}");
     let signals = &doc["suites"][0]["config"]["outcome"]["signals"];
     assert_eq!(signals["tq2"][5].as_f64(), Some(-1.5), "the safe value was applied: {signals}\n{t}");
+    // Its writer finds the slot changed between two of its writes, and goes on.
+    let traj = outcome_task(&doc, "traj");
+    assert_eq!(traj["state"], "done", "{traj}\n{t}");
+    assert!(traj["corrupt_steps"].as_u64().unwrap() > 0, "the writer noticed: {traj}\n{t}");
+    assert!(traj["message"].as_str().unwrap().contains("corrupt channel \"sp\": write: "), "{traj}");
     // What nobody reads, and the statistics block, found by the supervisor and named.
     for name in ["r", "sp", "x", "s"] {
         assert!(t.contains(&format!("corrupt channel {name:?} (")), "channel {name} is named:\n{t}");
