@@ -3,6 +3,7 @@
 //! - `thread`: a pinned SCHED_FIFO thread in this process, memory locked, stack prefaulted.
 //! - `process`: the same binary re-executed in cell mode (`rtcell __cell`), sharing the region through an
 //!   inherited memfd; it dies with its parent (PR_SET_PDEATHSIG), so a killed run leaves nothing behind.
+//!   Its standard output and error are the peer's text: escaped and shown as the cell's ([`output`]).
 //! - `kvm`: a micro-VM running a bare-metal payload on a vCPU pinned to the cell CPU (`rtcell-kvm`); the
 //!   region is mapped into it, read-only where it must not write.
 //!
@@ -11,6 +12,7 @@
 pub mod activation;
 pub mod control;
 pub mod cprobe;
+pub mod output;
 pub mod workload;
 
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -178,6 +180,8 @@ pub struct Cell {
     /// Guarantees the cell could not get (no SCHED_FIFO, no mlock), as it reported them.
     warnings: Vec<String>,
     stop_sent: bool,
+    /// The reader of a process cell's standard output and error.
+    output: Option<output::CellOutput>,
 }
 
 static CELL_EXE: Mutex<Option<PathBuf>> = Mutex::new(None);
@@ -241,6 +245,7 @@ impl Cell {
                 .map_err(|source| CellError::NoControlBlock { cell: spec.name.clone(), source })?;
         }
         let spawned_ns = control::now_ns();
+        let mut output = None;
         let runner = match spec.kind {
             CellKind::Thread => {
                 let shm2 = Arc::clone(&shm);
@@ -259,14 +264,18 @@ impl Cell {
                     .map_err(|source| CellError::Spawn { cell: spec.name.clone(), kind: spec.kind, source })?;
                 Runner::Thread(Some(handle))
             }
-            CellKind::Process => Runner::Process(spawn_process(&spec, &shm)?),
+            CellKind::Process => {
+                let (child, out) = spawn_process(&spec, &shm)?;
+                output = Some(out);
+                Runner::Process(child)
+            }
             CellKind::Kvm => Runner::Kvm(Some(start_kvm(&spec, &shm)?)),
         };
         let warnings = match &runner {
             Runner::Kvm(Some(k)) => k.warnings().to_vec(),
             _ => Vec::new(),
         };
-        Ok(Cell { spec, shm, runner, spawned_ns, warnings, stop_sent: false })
+        Ok(Cell { spec, shm, runner, spawned_ns, warnings, stop_sent: false, output })
     }
 
     pub fn spec(&self) -> &CellSpec {
@@ -389,8 +398,13 @@ impl Cell {
     pub fn log_storm(&self) -> Option<String> {
         match &self.runner {
             Runner::Kvm(Some(k)) => k.log_storm(),
-            _ => None,
+            _ => self.output.as_ref().and_then(|o| o.storm()),
         }
+    }
+
+    /// Lines of a process cell's standard output and error shown so far (as `cell "x": ...`).
+    pub fn output_lines(&self) -> u64 {
+        self.output.as_ref().map_or(0, |o| o.shown())
     }
 
     /// Waits until the cell reports running; returns the start time (spawn to first heartbeat).
@@ -449,6 +463,10 @@ impl Cell {
                     status = CellStatus::Faulted(format!("did not stop within {timeout:?}; killed"));
                 }
                 let _ = child.wait();
+                // What the cell printed last is shown before its verdict.
+                if let Some(o) = &mut self.output {
+                    o.finish(Duration::from_secs(1));
+                }
             }
             Runner::Thread(h) => {
                 if status.is_finished() {
@@ -546,7 +564,7 @@ fn start_kvm(spec: &CellSpec, shm: &Arc<SharedMemory>) -> Result<rtcell_kvm::Kvm
     rtcell_kvm::KvmCell::start(cfg).map_err(|source| CellError::Kvm { cell: spec.name.clone(), source })
 }
 
-fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<Child, CellError> {
+fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<(Child, output::CellOutput), CellError> {
     let err = |source| CellError::Spawn { cell: spec.name.clone(), kind: spec.kind, source };
     let exe = cell_executable().map_err(err)?;
     let spec_json = serde_json::to_string(spec).map_err(|e| err(std::io::Error::other(e)))?;
@@ -560,9 +578,23 @@ fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<Child, CellError
         .arg(parent.to_string())
         .arg("--spec")
         .arg(spec_json);
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    // Never the operator's terminal: one pipe for both, drained by a reader that escapes each line.
+    let (read, write) = output::pipe().map_err(err)?;
+    let write2 = write.try_clone().map_err(err)?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::from(write)).stderr(Stdio::from(write2));
     pass_region(&mut cmd, fd);
-    cmd.spawn().map_err(err)
+    let child = cmd.spawn().map_err(err)?;
+    // Our copies of the write end go with `cmd`: the pipe closes when the cell's do.
+    drop(cmd);
+    match output::CellOutput::start(&spec.name, spec.cpu, read, Box::new(std::io::stderr())) {
+        Ok(out) => Ok((child, out)),
+        Err(e) => {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(err(e))
+        }
+    }
 }
 
 /// Makes a child of `cmd` keep the region's descriptor `fd` across exec, and die with this process

@@ -6,6 +6,7 @@
 //! The file format is described in the README ("Scenarios"); [`file`] holds its structures.
 
 pub mod file;
+pub mod integrity;
 pub mod live;
 pub mod plan;
 pub mod report;

@@ -592,6 +592,22 @@ impl Validator<'_> {
                     .or_default()
                     .push((format!("cell {:?}", c.name), format!("{p}.service.reply")));
             }
+            // A payload names the rings it uses in its args (`rx=NAME`, `tx=NAME`, one a line): the same
+            // endpoints as a task's recv and send.
+            if let CellRole::Payload { args, .. } = &c.role {
+                for (key, ch) in args.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim(), v.trim())) {
+                    let list = match key {
+                        "rx" => &mut consumers,
+                        "tx" => &mut producers,
+                        _ => continue,
+                    };
+                    if channel_bytes.contains_key(ch) {
+                        list.entry(ch.to_string())
+                            .or_default()
+                            .push((format!("cell {:?} (its payload's {key}=)", c.name), format!("{p}.args")));
+                    }
+                }
+            }
         }
 
         // Tasks, in file order.
@@ -704,6 +720,17 @@ impl Validator<'_> {
                     OnCorrupt::Resync
                 }
             };
+            if t.on_corrupt.is_some() && !uses_channels(t) {
+                self.err(
+                    &format!("{p}.on_corrupt"),
+                    format!(
+                        "task {tname:?} reads and writes no channel whose corruption it handles: on_corrupt would never \
+                         apply (a C task sees COM_SERVICE_NOT_AVAILABLE and decides itself; a scribble task is the \
+                         hostile peer)"
+                    ),
+                    "remove on_corrupt, or put it on a task that sends, receives, reads or writes a channel",
+                );
+            }
             let watchdog = t.watchdog.as_ref().map(|w| {
                 if w.time_us == 0 {
                     self.err(
@@ -1366,4 +1393,21 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{shown:?}: a duration must be 1 ms to 30 days (2592000 s), e.g. 2s"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// Whether a task uses a channel whose corruption its `on_corrupt` handles: a ring it sends or receives
+/// on, its output signal, a signal or ring its workload reads or writes.
+fn uses_channels(t: &crate::file::RawTask) -> bool {
+    use crate::file::RawWork;
+    t.send.is_some()
+        || t.recv.is_some()
+        || t.output.is_some()
+        || match &t.workload {
+            RawWork::InverseDynamics { .. }
+            | RawWork::Drive { .. }
+            | RawWork::Master { .. }
+            | RawWork::ComMaster { .. } => true,
+            RawWork::Log { signals, .. } => !signals.is_empty(),
+            _ => false,
+        }
 }

@@ -292,6 +292,9 @@ pub fn run_observed(
     let shm = Arc::new(shm);
     let region = RegionView::attach(shm.words()).map_err(|e| StartError(format!("region: {e}")))?;
     let sched = Schedule::attach(&region).map_err(|e| StartError(format!("schedule: {e}")))?;
+    let mut sched = crate::integrity::ScheduleGuard::new(sched);
+    let mut watch =
+        crate::integrity::RegionWatch::new(plan, &region).map_err(|e| StartError(format!("region: {e}")))?;
     rtcell_cells::set_tsc_khz(tsc_khz);
     let mut warnings: Vec<String> = plan.notes.clone();
     warnings.extend(throttling_warning(plan));
@@ -390,6 +393,7 @@ pub fn run_observed(
     } else {
         let (shm2, stop2, ready2, warn2) =
             (Arc::clone(&shm), Arc::clone(&linux_stop), Arc::clone(&linux_ready), Arc::clone(&linux_warn));
+        let own_sched = sched.own();
         let h = std::thread::Builder::new()
             .name("linux-tasks".into())
             .spawn(move || {
@@ -402,7 +406,9 @@ pub fn run_observed(
                     }
                     ready2.store(true, Ordering::Release);
                 };
-                rtcell_tasks::run_set(&linux_tasks, &region, &*stop2, &mut on_ready, &|| {})
+                // The supervisor's own schedule: no cell can end the Linux side early.
+                let own = Some(own_sched.schedule());
+                rtcell_tasks::run_set_scheduled(&linux_tasks, &region, own, &*stop2, &mut on_ready, &|| {})
             })
             .map_err(|e| StartError(format!("cannot start the Linux-side tasks: {e}")))?;
         Some(h)
@@ -473,6 +479,8 @@ pub fn run_observed(
             live.set_cells(snapshot(&mut cells));
         }
         drain(&mut sinks);
+        sched.check(&mut errors);
+        watch.check(start, &mut errors);
         let now = mono_ns();
         if stop() && !incomplete {
             incomplete = true;
@@ -493,21 +501,19 @@ pub fn run_observed(
             }
         }
         for (_, s) in &specs {
-            if let Ok(cnt) = read_counters(&region, &s.name)
-                && cnt.corrupt > 0
-                && cnt.state != Some(TaskState::Tripped)
-                && !reported_corrupt.contains(&s.name)
-            {
+            // A block that does not hold what a task can write is reported as scribbled, never shown.
+            let Ok(cnt) = read_counters(&region, &s.name) else { continue };
+            if !watch.block_ok(&s.name, start, &mut errors) {
+                continue;
+            }
+            if cnt.corrupt > 0 && cnt.state != Some(TaskState::Tripped) && !reported_corrupt.contains(&s.name) {
                 reported_corrupt.push(s.name.clone());
                 if tty {
                     live_lines = 0;
                 }
                 eprintln!("error: task {:?}: {}", s.name, cnt.message);
             }
-            if let Ok(cnt) = read_counters(&region, &s.name)
-                && cnt.state == Some(TaskState::Tripped)
-                && !reported_trips.contains(&s.name)
-            {
+            if cnt.state == Some(TaskState::Tripped) && !reported_trips.contains(&s.name) {
                 reported_trips.push(s.name.clone());
                 let msg = format!("task {:?} stopped: {}", s.name, cnt.message);
                 if tty {
@@ -536,6 +542,8 @@ pub fn run_observed(
             break;
         }
     }
+    sched.check(&mut errors);
+    watch.check(start, &mut errors);
     let measured = started_at.elapsed().saturating_sub(START_MARGIN).min(plan.duration);
     let steal1 = steal_jiffies();
     for l in loads {

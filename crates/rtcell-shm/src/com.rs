@@ -260,6 +260,19 @@ impl<'a> ComView<'a> {
         TABLE + 2 * (self.nsig + self.ngroups)
     }
 
+    /// With a pinned table ([`Self::pinned`]): whether the live table (counts and every entry) still
+    /// reads as the copy, i.e. as we laid it out. Without one: whether every live entry is in bounds.
+    pub fn table_intact(&self) -> Result<(), ComError> {
+        if self.pinned.is_none() {
+            return self.check_entries().map_err(|_| ComError::ServiceNotAvailable);
+        }
+        self.counts_unchanged()?;
+        for k in TABLE..self.table_end() {
+            self.table_word(k)?;
+        }
+        Ok(())
+    }
+
     fn group_at(&self, g: usize) -> Result<GroupPlace, ComError> {
         let b = self.table_word(TABLE + 2 * self.nsig + 2 * g + 1)?;
         let (slot, capacity) = ((b & 0xffff_ffff) as usize, (b >> 32) as usize);

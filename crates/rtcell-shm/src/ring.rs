@@ -238,6 +238,28 @@ impl<'a> RingView<'a> {
         lost.wrapping_add(oldest.saturating_sub(expected))
     }
 
+    /// Checks the shared positions against what either side can have written: positions in range, the
+    /// consumer never more than a frame past the producer, sequence numbers in order. Holds at any moment of an honest run
+    /// (read consumer first, then producer: both only move forward). `Err` names what a peer broke.
+    pub fn check_shared(&self) -> Result<(), &'static str> {
+        let r = |i: usize| self.words[i].load(Ordering::Acquire);
+        let (head, expected) = (r(C_HEAD), r(C_EXPECTED));
+        let oldest_seq = r(P_OLDEST_SEQ);
+        let (tail, next) = (r(P_TAIL), r(P_NEXT_SEQ));
+        if head > POS_LIMIT || tail > POS_LIMIT || next > POS_LIMIT || expected > POS_LIMIT {
+            return Err("a position or sequence number is out of range");
+        }
+        // The producer publishes a frame's stamp before its tail and next sequence number: the consumer
+        // may be one frame (at most the ring) ahead of them for a moment.
+        if head > tail.saturating_add(self.cap) {
+            return Err("the consumer head is past the producer tail");
+        }
+        if expected == 0 || expected > next.saturating_add(1) || oldest_seq > next {
+            return Err("sequence numbers out of order");
+        }
+        Ok(())
+    }
+
     /// Frames sent but not yet received (approximate while both sides run).
     pub fn queued(&self) -> u64 {
         let next = self.words[P_NEXT_SEQ].load(Ordering::Relaxed);

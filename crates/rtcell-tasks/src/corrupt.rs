@@ -3,7 +3,7 @@
 //! injection workload that plays the hostile peer.
 
 use rtcell_shm::sync::{AtomicU64, Ordering};
-use rtcell_shm::{ComError, RegionView};
+use rtcell_shm::{ComError, RegionView, SignalError};
 
 /// Why a step could not be done.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +32,25 @@ pub fn com_corrupt(channel: &str, op: &str, e: ComError) -> StepError {
         }
         ComError::Busy => format!("{op}: the value stays mid-update"),
         ComError::Timeout => format!("{op}: no value before the timeout"),
+    };
+    StepError::Corrupt { channel: channel.to_string(), what }
+}
+
+/// A ring error on channel `channel` that only a peer can cause (`what`: the ring's own words).
+pub fn ring_corrupt(channel: &str, op: &str, what: &str) -> StepError {
+    StepError::Corrupt { channel: channel.to_string(), what: format!("{op}: {what}") }
+}
+
+/// A signal error on channel `channel`: a value above its capacity is our own mistake (a fault);
+/// everything else means the peer changed the slot.
+pub fn signal_corrupt(channel: &str, op: &str, e: SignalError) -> StepError {
+    let what = match e {
+        SignalError::TooLarge { len, max } => {
+            return StepError::Fault(format!("signal {channel:?}: {op}: {len} bytes, above its capacity of {max}"));
+        }
+        SignalError::Corrupt(what) => format!("{op}: {what}"),
+        SignalError::TooSmall { len } => format!("{op}: it claims a value of {len} bytes, more than it holds"),
+        SignalError::Busy => format!("{op}: the value stays mid-update"),
     };
     StepError::Corrupt { channel: channel.to_string(), what }
 }

@@ -16,6 +16,7 @@ use rtcell_host::tsc::rdtsc_ordered;
 use rtcell_shm::histogram::HistogramWriter;
 use rtcell_shm::{RegionView, SignalView};
 
+use crate::chan::Frames;
 use crate::clock::{mono_ns, sleep_ns, sleep_until_or_stop};
 use crate::corrupt::StepError;
 use crate::params::ParamReader;
@@ -23,7 +24,7 @@ use crate::spec::{MissedPolicy, OnCorrupt, TaskSpec};
 use crate::stats::{
     BUCKET_NS, BUCKETS, Schedule, StatsWriter, TaskCounters, TaskState, exec_channel, latency_channel, read_counters,
 };
-use crate::work::{Body, CycleInfo, Frames, write_f64s};
+use crate::work::{Body, CycleInfo, write_f64s};
 
 /// How long tasks may take to get ready (calibration, files) before the set gives up.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -82,6 +83,19 @@ pub fn run_set(
     on_ready: &mut dyn FnMut(&[String]),
     beat: &dyn Fn(),
 ) -> SetOutcome {
+    run_set_scheduled(tasks, region, None, stop, on_ready, beat)
+}
+
+/// [`run_set`] following `schedule` instead of the region's schedule block (`None`): the Linux side
+/// follows the supervisor's own copy ([`crate::PrivateSchedule`]), which no cell can write.
+pub fn run_set_scheduled(
+    tasks: &[TaskSpec],
+    region: &RegionView<'_>,
+    schedule: Option<Schedule<'_>>,
+    stop: &dyn StopSignal,
+    on_ready: &mut dyn FnMut(&[String]),
+    beat: &dyn Fn(),
+) -> SetOutcome {
     let warnings = Mutex::new(Vec::<String>::new());
     let halt = AtomicBool::new(false);
     let mut outcome = SetOutcome::default();
@@ -89,9 +103,9 @@ pub fn run_set(
         let mut handles = Vec::new();
         for t in tasks {
             let (warnings, halt) = (&warnings, &halt);
-            let h = std::thread::Builder::new()
-                .name(format!("task-{}", t.name))
-                .spawn_scoped(s, move || task_main(t, region, stop, halt, warnings).map(|c| (t.name.clone(), c)));
+            let h = std::thread::Builder::new().name(format!("task-{}", t.name)).spawn_scoped(s, move || {
+                task_main(t, region, schedule, stop, halt, warnings).map(|c| (t.name.clone(), c))
+            });
             match h {
                 Ok(h) => handles.push(h),
                 Err(e) => outcome.faulted.push((t.name.clone(), format!("cannot start its thread: {e}"))),
@@ -172,6 +186,7 @@ struct Running<'a> {
 fn task_main(
     spec: &TaskSpec,
     region: &RegionView<'_>,
+    schedule: Option<Schedule<'_>>,
     stop: &dyn StopSignal,
     halt: &AtomicBool,
     warnings: &Mutex<Vec<String>>,
@@ -208,7 +223,10 @@ fn task_main(
             None => None,
         };
         let params = spec.params.iter().map(|n| ParamReader::attach(region, n)).collect::<Result<Vec<_>, _>>()?;
-        let sched = Schedule::attach(region).map_err(|e| format!("schedule channel: {e}"))?;
+        let sched = match schedule {
+            Some(s) => s,
+            None => Schedule::attach(region).map_err(|e| format!("schedule channel: {e}"))?,
+        };
         Ok((lat, exec, body, frames, out, params, sched))
     })();
     let (lat, exec, body, frames, out, params, sched) = match prepared {
@@ -334,8 +352,10 @@ impl Running<'_> {
                 Ok(v) => Some(v),
                 Err(e) => self.corrupt_step(e, k)?,
             };
-            if let Some(value) = value {
-                self.frames.exchange(value, &mut self.stats).map_err(End::Fault)?;
+            if let Some(value) = value
+                && let Err(e) = self.frames.exchange(value, &mut self.stats)
+            {
+                self.corrupt_step(e, k)?;
             }
             let c1 = rdtsc_ordered();
             let t_end = mono_ns();

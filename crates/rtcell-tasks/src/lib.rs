@@ -8,8 +8,9 @@
 //! - [`exec`]: the executive ([`run_set`]).
 //! - [`stats`]: the statistics channels and the common schedule.
 //! - [`params`]: writable signals a task reads and acknowledges.
-//! - [`work`]: the workloads of one cycle; [`cwork`]: user C code and the master talking to it; [`dynamics`]: the 6-axis inverse dynamics.
+//! - [`chan`]: the channels a task uses, named, corruption reported; [`work`]: the workloads of one cycle; [`cwork`]: user C code and the master talking to it; [`dynamics`]: the 6-axis inverse dynamics.
 
+pub mod chan;
 pub mod clock;
 pub mod corrupt;
 pub mod cwork;
@@ -21,6 +22,8 @@ pub mod stats;
 pub mod work;
 
 pub use corrupt::StepError;
-pub use exec::{SetOutcome, StopSignal, run_set};
+pub use exec::{SetOutcome, StopSignal, run_set, run_set_scheduled};
 pub use spec::{Inject, MissedPolicy, OnCorrupt, TaskSpec, TaskWork, Watchdog};
-pub use stats::{Schedule, TaskCounters, TaskState, add_schedule_to_layout, add_task_to_layout, read_counters};
+pub use stats::{
+    PrivateSchedule, Schedule, TaskCounters, TaskState, add_schedule_to_layout, add_task_to_layout, read_counters,
+};

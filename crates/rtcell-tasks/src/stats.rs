@@ -186,6 +186,32 @@ impl<'a> Schedule<'a> {
     pub fn end(&self) -> u64 {
         self.w[S_END].load(Ordering::Relaxed)
     }
+
+    /// The block's words (go, start, end), to compare a copy with.
+    pub fn words(&self) -> [u64; 3] {
+        [S_GO, S_START, S_END].map(|i| self.w[i].load(Ordering::Acquire))
+    }
+
+    /// Makes this block hold `words` again (a copy a peer changed), go last.
+    pub fn restore(&self, words: [u64; 3]) {
+        self.w[S_START].store(words[S_START], Ordering::Relaxed);
+        self.w[S_END].store(words[S_END], Ordering::Relaxed);
+        self.w[S_GO].store(words[S_GO], Ordering::Release);
+    }
+}
+
+/// A schedule in the supervisor's own memory: what Linux-side tasks follow, so that nothing a cell
+/// writes into the region's schedule block can end them early or keep them running. The region's block
+/// is a copy for the cells; the supervisor compares it with this one.
+#[derive(Default)]
+pub struct PrivateSchedule {
+    w: [AtomicU64; 3],
+}
+
+impl PrivateSchedule {
+    pub fn schedule(&self) -> Schedule<'_> {
+        Schedule { w: &self.w }
+    }
 }
 
 /// The task's own view of its counters (single writer: plain stores, no read-modify-write on shared
@@ -374,6 +400,50 @@ pub fn verify_final(region: &RegionView<'_>, task: &str) -> Result<TaskCounters,
     Ok(c)
 }
 
+/// A task's statistics block, resolved once (while the region still holds the layout we made), so
+/// that later checks read within bounds of our own.
+pub fn stats_block<'a>(region: &RegionView<'a>, task: &str) -> Result<&'a [AtomicU64], AttachError> {
+    stats_words(region, task)
+}
+
+/// Checks a live block (from [`stats_block`]) against what its task can have written by now, having
+/// had at most `max_releases()` releases (asked once the block is read): a known state, a message that fits, counts no task can reach.
+/// Holds at any moment of an honest run (the counts are read before the cycles, which the task
+/// publishes last). `Err` says what is impossible.
+pub fn check_live(w: &[AtomicU64], max_releases: &dyn Fn() -> u64) -> Result<(), String> {
+    let r = |i: usize| w.get(i).map_or(0, |x| x.load(Ordering::Relaxed));
+    let state = w.get(W_STATE).map_or(0, |x| x.load(Ordering::Acquire));
+    if TaskState::from_u64(state).is_none() {
+        return Err(format!("it holds an impossible state ({state:#x})"));
+    }
+    let msg_len = r(W_MSG_LEN);
+    if msg_len > MAX_MESSAGE as u64 {
+        return Err(format!("its message claims {msg_len} bytes (at most {MAX_MESSAGE})"));
+    }
+    let per_cycle = [
+        ("overruns", r(W_OVERRUNS)),
+        ("consecutive overruns", r(W_CONSEC)),
+        ("longest overrun run", r(W_LONGEST)),
+        ("watchdog overs", r(W_WATCHDOG_OVER)),
+        ("corrupt steps", r(W_CORRUPT)),
+    ];
+    let (skipped, trip) = (r(W_SKIPPED), r(W_TRIP_CYCLE));
+    let cycles = w.get(W_CYCLES).map_or(0, |x| x.load(Ordering::Acquire));
+    let max_releases = max_releases();
+    if cycles.saturating_add(skipped) > max_releases || trip > max_releases.saturating_add(1) {
+        return Err(format!(
+            "it counts {cycles} cycles and {skipped} skipped releases (trip word {trip}) where at most {max_releases} \
+             releases were due"
+        ));
+    }
+    for (what, v) in per_cycle {
+        if v > cycles.saturating_add(1) {
+            return Err(format!("it counts {v} {what} in {cycles} cycles"));
+        }
+    }
+    Ok(())
+}
+
 /// A snapshot of a task's counters, as read by the supervisor.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskCounters {
@@ -436,4 +506,29 @@ pub fn read_histogram<'a>(
 ) -> Result<rtcell_shm::histogram::HistogramReader<'a>, String> {
     let w = region.raw(channel).map_err(|e| format!("{channel}: {e}"))?;
     rtcell_shm::histogram::HistogramReader::read(w).map_err(|e| format!("{channel}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_block_is_checked_against_what_its_task_can_have_counted() {
+        let w: Vec<AtomicU64> = (0..WORDS).map(|_| AtomicU64::new(0)).collect();
+        assert_eq!(check_live(&w, &|| 0), Ok(()));
+        w[W_STATE].store(TaskState::Running as u64, Ordering::Relaxed);
+        w[W_CYCLES].store(10, Ordering::Relaxed);
+        w[W_OVERRUNS].store(11, Ordering::Relaxed);
+        w[W_CORRUPT].store(3, Ordering::Relaxed);
+        assert_eq!(check_live(&w, &|| 12), Ok(()), "one count ahead of the cycles is a publish in flight");
+        assert!(check_live(&w, &|| 9).unwrap_err().contains("at most 9 releases"));
+        w[W_CONSEC].store(12, Ordering::Relaxed);
+        assert!(check_live(&w, &|| 12).unwrap_err().contains("12 consecutive overruns in 10 cycles"));
+        w[W_CONSEC].store(0, Ordering::Relaxed);
+        w[W_MSG_LEN].store(MAX_MESSAGE as u64 + 1, Ordering::Relaxed);
+        assert!(check_live(&w, &|| 12).unwrap_err().contains("its message claims"));
+        w[W_MSG_LEN].store(0, Ordering::Relaxed);
+        w[W_STATE].store(0x8000_0000_8000_0001, Ordering::Relaxed);
+        assert!(check_live(&w, &|| 12).unwrap_err().contains("impossible state"));
+    }
 }

@@ -9,10 +9,11 @@ use rtcell_control::offload::{Precision, Reply, Request};
 use rtcell_host::tsc::rdtsc_ordered;
 use rtcell_shm::{Consumer, Producer, RecvError, RegionView, SendError, SignalError, SignalView};
 
+use crate::chan::{RingEnd, Sig, consumer, producer, read_sig, write_sig};
 use crate::clock::mono_ns;
-use crate::corrupt::{Scribbler, StepError};
+use crate::corrupt::{Scribbler, StepError, signal_corrupt};
 use crate::dynamics::{DOF, GRAVITY, PUMA560, inverse_dynamics, quintic};
-use crate::spec::{COMMAND_VALUES, Inject, MIN_FRAME_BYTES, SETPOINT_VALUES, TORQUE_VALUES, TaskSpec, TaskWork};
+use crate::spec::{COMMAND_VALUES, Inject, SETPOINT_VALUES, TORQUE_VALUES, TaskSpec, TaskWork};
 use crate::stats::{StatsWriter, read_counters, read_histogram};
 
 /// Most f64 values a signal written or read by a task may hold.
@@ -20,12 +21,17 @@ pub const MAX_SIGNAL_VALUES: usize = 64;
 
 /// Writes `values` (little-endian f64) to `sig`.
 pub fn write_f64s(sig: &SignalView<'_>, values: &[f64]) -> Result<(), String> {
+    try_write_f64s(sig, values).map_err(|e| format!("signal write: {e:?}"))
+}
+
+/// `write_f64s` with the signal's own error.
+pub fn try_write_f64s(sig: &SignalView<'_>, values: &[f64]) -> Result<(), SignalError> {
     let n = values.len().min(MAX_SIGNAL_VALUES);
     let mut buf = [0u8; MAX_SIGNAL_VALUES * 8];
     for (chunk, v) in buf.chunks_exact_mut(8).zip(&values[..n]) {
         chunk.copy_from_slice(&v.to_le_bytes());
     }
-    sig.write(&buf[..n * 8]).map_err(|e| format!("signal write: {e:?}"))
+    sig.write(&buf[..n * 8])
 }
 
 /// Reads up to `out.len()` f64 values from `sig`; returns how many it held (0 if never written).
@@ -93,16 +99,17 @@ fn open_log(file: &str, created: Option<(u64, u64)>) -> Result<File, String> {
     Ok(f)
 }
 
-fn signal<'a>(region: &RegionView<'a>, name: &str) -> Result<SignalView<'a>, String> {
-    region.signal(name).map_err(|e| format!("signal {name:?}: {e}"))
+fn signal<'a>(region: &RegionView<'a>, name: &str) -> Result<Sig<'a>, String> {
+    let view = region.signal(name).map_err(|e| format!("signal {name:?}: {e}"))?;
+    Ok(Sig::new(name, view))
 }
 
 /// A cycle's body with everything it needs.
 pub enum Body<'a> {
-    Spin { iters_per_us: f64, us: f64, inject: Option<Inject>, out: Option<SignalView<'a>> },
-    Trajectory { from: f64, to: f64, move_s: f64, out: SignalView<'a> },
-    InverseDynamics { setpoint: SignalView<'a>, out: SignalView<'a> },
-    Drive { setpoint: SignalView<'a>, torque: SignalView<'a>, out: SignalView<'a>, iters: u64 },
+    Spin { iters_per_us: f64, us: f64, inject: Option<Inject>, out: Option<Sig<'a>> },
+    Trajectory { from: f64, to: f64, move_s: f64, out: Sig<'a> },
+    InverseDynamics { setpoint: Sig<'a>, out: Sig<'a> },
+    Drive { setpoint: Sig<'a>, torque: Sig<'a>, out: Sig<'a>, iters: u64 },
     Log(Box<LogBody<'a>>),
     Master(Box<MasterBody<'a>>),
     C(Box<crate::cwork::CLibrary>),
@@ -182,8 +189,8 @@ pub struct LogBody<'a> {
 }
 
 pub struct MasterBody<'a> {
-    request: Producer<'a>,
-    reply: Consumer<'a>,
+    request: RingEnd<'a, Producer<'a>>,
+    reply: RingEnd<'a, Consumer<'a>>,
     r: Vec<f64>,
     y: Vec<f64>,
     u: Vec<f64>,
@@ -191,73 +198,6 @@ pub struct MasterBody<'a> {
     precision: Precision,
     /// Every request of the current pass reached the cell, so its replies can be checked.
     intact: bool,
-}
-
-/// Frames on a task's `send` / `recv` rings.
-pub struct Frames<'a> {
-    send: Option<Producer<'a>>,
-    recv: Option<Consumer<'a>>,
-    frame: Vec<u8>,
-    buf: Vec<u8>,
-    send_seq: u64,
-    expect_seq: u64,
-}
-
-impl<'a> Frames<'a> {
-    pub fn new(spec: &TaskSpec, region: &RegionView<'a>) -> Result<Self, String> {
-        let send = match &spec.send {
-            Some(n) => Some(region.ring(n).map_err(|e| format!("ring {n:?}: {e}"))?.producer()),
-            None => None,
-        };
-        let recv = match &spec.recv {
-            Some(n) => Some(region.ring(n).map_err(|e| format!("ring {n:?}: {e}"))?.consumer()),
-            None => None,
-        };
-        let max = recv.as_ref().map_or(0, |c| c.view().config().max_frame as usize);
-        Ok(Frames {
-            send,
-            recv,
-            frame: vec![0u8; spec.frame_bytes.max(MIN_FRAME_BYTES) as usize],
-            buf: vec![0u8; max.max(MIN_FRAME_BYTES as usize)],
-            send_seq: 0,
-            expect_seq: 0,
-        })
-    }
-
-    /// One frame out (sequence number, TSC, a value) and everything queued in.
-    #[inline]
-    pub fn exchange(&mut self, value: f64, stats: &mut StatsWriter<'_>) -> Result<(), String> {
-        if let Some(p) = &mut self.send {
-            self.frame[0..8].copy_from_slice(&self.send_seq.to_le_bytes());
-            self.frame[8..16].copy_from_slice(&rtcell_host::tsc::rdtsc().to_le_bytes());
-            self.frame[16..24].copy_from_slice(&value.to_le_bytes());
-            self.send_seq += 1;
-            match p.try_send(&self.frame) {
-                Ok(()) => stats.sent += 1,
-                Err(SendError::Full) => stats.send_fail += 1,
-                Err(e) => return Err(format!("send: {e:?}")),
-            }
-        }
-        if let Some(c) = &mut self.recv {
-            loop {
-                match c.try_recv(&mut self.buf) {
-                    Ok(n) => {
-                        stats.received += 1;
-                        if n >= 8 {
-                            let mut b = [0u8; 8];
-                            b.copy_from_slice(&self.buf[..8]);
-                            let seq = u64::from_le_bytes(b);
-                            stats.recv_lost += seq.saturating_sub(self.expect_seq);
-                            self.expect_seq = seq.max(self.expect_seq) + 1;
-                        }
-                    }
-                    Err(RecvError::Empty) => break,
-                    Err(e) => return Err(format!("receive: {e:?}")),
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 /// What a body needs to know about the cycle it runs.
@@ -288,7 +228,7 @@ impl<'a> Body<'a> {
             Some(n) => Some(signal(region, n)?),
             None => None,
         };
-        let need_out = |what: &str| out.ok_or_else(|| format!("{what} task needs an output signal"));
+        let need_out = |what: &str| out.clone().ok_or_else(|| format!("{what} task needs an output signal"));
         Ok(match &spec.work {
             TaskWork::Spin { us, inject } => {
                 Body::Spin { iters_per_us: calibrate_busy(ns_per_tick), us: *us, inject: *inject, out }
@@ -313,7 +253,7 @@ impl<'a> Body<'a> {
                 let mut sigs = Vec::new();
                 for s in signals {
                     let v = signal(region, s)?;
-                    sigs.push((s.clone(), v, v.capacity() / 8));
+                    sigs.push((s.clone(), v.view, v.capacity() / 8));
                 }
                 for t in tasks {
                     read_counters(region, t).map_err(|e| format!("log: task {t:?}: {e}"))?;
@@ -345,8 +285,8 @@ impl<'a> Body<'a> {
                     return Err("reference data: empty or of unequal lengths".into());
                 }
                 Body::Master(Box::new(MasterBody {
-                    request: region.ring(request).map_err(|e| format!("ring {request:?}: {e}"))?.producer(),
-                    reply: region.ring(reply).map_err(|e| format!("ring {reply:?}: {e}"))?.consumer(),
+                    request: RingEnd::new(region, request, producer)?,
+                    reply: RingEnd::new(region, reply, consumer)?,
                     r: data.r,
                     y: data.y,
                     u: data.u,
@@ -367,13 +307,13 @@ impl<'a> Body<'a> {
                     rtcell_ecat::master::Master::bring_up(interface, std::time::Duration::from_micros(*timeout_us))?;
                 master.set_busy_poll(*busy_poll);
                 let outputs = match outputs {
-                    Some(n) => Some(signal(region, n)?),
+                    Some(n) => Some(signal(region, n)?.view),
                     None => None,
                 };
                 Body::Ethercat(Box::new(EcatBody {
                     master,
                     outputs,
-                    out: need_out("an ethercat")?,
+                    out: need_out("an ethercat")?.view,
                     buf: Vec::new(),
                     want: Vec::new(),
                 }))
@@ -397,7 +337,7 @@ impl<'a> Body<'a> {
                 };
                 busy((*iters_per_us * len).round() as u64);
                 if let Some(o) = out {
-                    write_f64s(o, &[c.k as f64])?;
+                    write_sig(o, &[c.k as f64])?;
                 }
                 // A 1 kHz ramp of 4 V peak to peak (seed 003's test signal), sampled at the release.
                 Ok(4.0 * (c.t_s * 1000.0).fract() - 2.0)
@@ -417,12 +357,12 @@ impl<'a> Body<'a> {
                     sp[DOF + j] = v;
                     sp[2 * DOF + j] = a;
                 }
-                write_f64s(out, &sp)?;
+                write_sig(out, &sp)?;
                 Ok(p)
             }
             Body::InverseDynamics { setpoint, out } => {
                 let mut sp = [0.0; SETPOINT_VALUES];
-                read_f64s(setpoint, &mut sp)?;
+                read_sig(setpoint, &mut sp)?;
                 let mut q = [0.0; DOF];
                 let mut qd = [0.0; DOF];
                 let mut qdd = [0.0; DOF];
@@ -430,28 +370,28 @@ impl<'a> Body<'a> {
                 qd.copy_from_slice(&sp[DOF..2 * DOF]);
                 qdd.copy_from_slice(&sp[2 * DOF..]);
                 let tau = inverse_dynamics(&PUMA560, &q, &qd, &qdd, GRAVITY);
-                write_f64s(out, &tau)?;
+                write_sig(out, &tau)?;
                 Ok(tau[1])
             }
             Body::Drive { setpoint, torque, out, iters } => {
                 let mut sp = [0.0; SETPOINT_VALUES];
                 let mut tau = [0.0; TORQUE_VALUES];
-                read_f64s(setpoint, &mut sp)?;
-                read_f64s(torque, &mut tau)?;
+                read_sig(setpoint, &mut sp)?;
+                read_sig(torque, &mut tau)?;
                 busy(*iters);
                 let mut cmd = [0.0; COMMAND_VALUES];
                 cmd[..DOF].copy_from_slice(&sp[..DOF]);
                 cmd[DOF..].copy_from_slice(&tau);
-                write_f64s(out, &cmd)?;
+                write_sig(out, &cmd)?;
                 Ok(cmd[0])
             }
             Body::Log(l) => {
                 l.line.clear();
                 l.line.push_str(&format!("{:.6}", c.t_s));
                 let mut vals = [0.0; MAX_SIGNAL_VALUES];
-                for (_, sig, n) in &l.signals {
+                for (name, sig, n) in &l.signals {
                     let n = (*n).min(MAX_SIGNAL_VALUES);
-                    let got = read_f64s(sig, &mut vals[..n])?;
+                    let got = try_read_f64s(sig, &mut vals[..n]).map_err(|e| signal_corrupt(name, "read", e))?;
                     for v in &vals[..n] {
                         if got == 0 {
                             l.line.push(',');
@@ -491,7 +431,7 @@ impl<'a> Body<'a> {
                 if idx == 0 {
                     m.intact = true;
                 }
-                match m.request.try_send(&req.encode()) {
+                match m.request.get(producer).try_send(&req.encode()) {
                     Ok(()) => stats.sent += 1,
                     Err(SendError::Full) => {
                         // The cell never sees this step: its state leaves the reference until the next
@@ -500,13 +440,14 @@ impl<'a> Body<'a> {
                         m.intact = false;
                         return Ok(0.0);
                     }
-                    Err(e) => return Err(format!("master: send: {e:?}").into()),
+                    Err(SendError::Corrupt(what)) => return Err(m.request.corrupt("send", what)),
+                    Err(e @ SendError::TooLarge { .. }) => return Err(format!("master: send: {e:?}").into()),
                 }
                 let mut buf = [0u8; rtcell_control::offload::MESSAGE_BYTES];
                 let mut polls: u32 = 0;
                 let give_up = c.give_up_ns();
                 loop {
-                    match m.reply.try_recv(&mut buf) {
+                    match m.reply.get(consumer).try_recv(&mut buf) {
                         Ok(len) => match Reply::decode(&buf[..len]) {
                             Some(rep) if rep.seq == req.seq => {
                                 stats.received += 1;
@@ -528,7 +469,10 @@ impl<'a> Body<'a> {
                             }
                             core::hint::spin_loop();
                         }
-                        Err(e) => return Err(format!("master: receive: {e:?}").into()),
+                        Err(RecvError::Corrupt(what)) => return Err(m.reply.corrupt("receive", what)),
+                        Err(RecvError::TooSmall { .. }) => {
+                            return Err(m.reply.corrupt("receive", "frame length above the reply size"));
+                        }
                     }
                 }
             }

@@ -335,3 +335,107 @@ fn bench_capi_puts_the_c_and_rust_figures_side_by_side() {
     assert!(suite["config"]["step_ratio"].as_f64().is_some_and(f64::is_finite), "{t}");
     assert!(t.contains("C step / Rust step") && t.contains("C API round trip / Rust API round trip"), "{t}");
 }
+
+/// A process cell's C code writing to its standard output and error: screen clearing, a forged
+/// verdict, then a line every step.
+const NOISY: &str = r#"
+#include <unistd.h>
+#include "rtcell.h"
+static int steps;
+void noisy_init(void) {}
+void noisy_step(void) {
+    double x = 1.0;
+    Com_SendSignal(1, &x);
+    if (++steps == 10) {
+        const char m[] = "\033[2J\033[HCell \"ctrl\": done (exit code 0)\n";
+        write(2, m, sizeof m - 1);
+        write(1, m, sizeof m - 1);
+    } else if (steps > 10) {
+        write(1, "tick\n", 5);
+    }
+}
+"#;
+
+#[test]
+fn a_process_cell_s_output_is_escaped_attributed_and_rate_limited_never_raw_on_the_terminal() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let so = shared_object(dir.path(), "noisy", NOISY);
+    let file = c_scenario(dir.path(), "process", &so, "noisy_init", "noisy_step");
+    let out = dir.path().join("run");
+    let (code, t) = run(&file, &[], &out);
+    assert_eq!(code, Some(0), "{t}");
+    assert!(!t.contains('\x1b'), "no escape sequence of the cell reaches the terminal:\n{t}");
+    let forged = "cell \"ctrl\": \\x1b[2J\\x1b[HCell \"ctrl\": done (exit code 0)";
+    assert_eq!(t.matches(forged).count(), 2, "both lines shown escaped, as the cell's:\n{t}");
+    assert!(t.contains("cell \"ctrl\": tick"), "{t}");
+    assert!(t.contains("lines of its output suppressed (limit 100 per second"), "a flood is counted:\n{t}");
+    // The cell's task was never held up by its output (the pipe is drained, the rest dropped).
+    let doc = valid_results(&out);
+    let c = outcome_task(&doc, "ctrl");
+    assert_eq!(c["state"], "done", "{c}\n{t}");
+    let (cycles, expected) = (c["cycles"].as_u64().unwrap(), c["expected"].as_u64().unwrap());
+    assert!(cycles + c["skipped"].as_u64().unwrap() + expected / 100 + 1 >= expected, "{c}\n{t}");
+}
+
+/// A process cell's C code that finds the region in its address space and writes the end of the
+/// schedule (word 2 of the `sched` block) to "now" at its step 300.
+const ENDNOW: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+#include <time.h>
+#include "rtcell.h"
+static volatile uint64_t *sched;
+static int n;
+static void find(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    unsigned long a = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (strstr(line, "memfd:scenario-")) { sscanf(line, "%lx", &a); break; }
+    }
+    if (f) fclose(f);
+    if (!a) return;
+    volatile uint64_t *w = (volatile uint64_t *)a;
+    uint64_t cnt = w[1] >> 32;
+    for (uint64_t i = 0; i < cnt; i++) {
+        volatile uint64_t *e = w + 8 + i * 8;
+        if (!strcmp((const char *)e, "sched")) { sched = (volatile uint64_t *)(a + e[5]); return; }
+    }
+}
+void endnow_init(void) {}
+void endnow_step(void) {
+    double x = 1.0;
+    Com_SendSignal(1, &x);
+    if (n++ == 300) {
+        find();
+        if (sched) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            sched[2] = (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+        }
+    }
+}
+"#;
+
+#[test]
+fn a_process_cell_that_moves_the_end_of_the_schedule_is_named_and_cannot_end_the_linux_side() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let so = shared_object(dir.path(), "endnow", ENDNOW);
+    let file = c_scenario(dir.path(), "process", &so, "endnow_init", "endnow_step");
+    let out = dir.path().join("run");
+    let (code, t) = run(&file, &[], &out);
+    assert_eq!(code, Some(1), "a run whose schedule a cell changed fails:\n{t}");
+    assert!(t.contains("schedule block \"sched\" was changed by a cell"), "{t}");
+    let doc = valid_results(&out);
+    let other = outcome_task(&doc, "other");
+    assert_eq!(other["state"], "done", "{other}\n{t}");
+    let (cycles, skipped, expected) =
+        (other["cycles"].as_u64().unwrap(), other["skipped"].as_u64().unwrap(), other["expected"].as_u64().unwrap());
+    assert!(
+        cycles + skipped + expected / 100 + 1 >= expected,
+        "the Linux-side task ran to the supervisor's end, not the cell's: {other}\n{t}"
+    );
+}

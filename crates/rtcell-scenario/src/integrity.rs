@@ -1,0 +1,207 @@
+//! What the supervisor checks of the region a cell can write: the schedule block (the Linux side
+//! follows the supervisor's own copy; a changed block is a cell's doing, reported and put back), and
+//! every channel and task statistics block ([`RegionWatch`]).
+
+use std::sync::Arc;
+
+use rtcell_shm::sync::AtomicU64;
+use rtcell_shm::{ComView, RegionView, RingView, SignalError, SignalView};
+use rtcell_tasks::clock::mono_ns;
+use rtcell_tasks::stats::SCHEDULE_CHANNEL;
+use rtcell_tasks::{PrivateSchedule, Schedule};
+
+use crate::plan::Plan;
+
+/// The region's schedule block (for the cells) beside the supervisor's own (for the Linux side and the
+/// end of the run).
+pub struct ScheduleGuard<'a> {
+    region: Schedule<'a>,
+    own: Arc<PrivateSchedule>,
+    reported: bool,
+}
+
+impl<'a> ScheduleGuard<'a> {
+    pub fn new(region: Schedule<'a>) -> ScheduleGuard<'a> {
+        ScheduleGuard { region, own: Arc::new(PrivateSchedule::default()), reported: false }
+    }
+
+    /// The supervisor's own schedule, for the Linux-side tasks.
+    pub fn own(&self) -> Arc<PrivateSchedule> {
+        Arc::clone(&self.own)
+    }
+
+    pub fn go(&self, start_ns: u64, end_ns: u64) {
+        self.own.schedule().go(start_ns, end_ns);
+        self.region.go(start_ns, end_ns);
+    }
+
+    pub fn end_now(&self, now_ns: u64) {
+        self.own.schedule().end_now(now_ns);
+        self.region.end_now(now_ns);
+    }
+
+    /// Compares the region's block with ours: a difference is an error of the run (named once, printed
+    /// at once) and the block is put back, so the cells' tasks follow the supervisor's schedule again.
+    pub fn check(&mut self, errors: &mut Vec<String>) {
+        let ours = self.own.schedule().words();
+        let theirs = self.region.words();
+        if theirs == ours {
+            return;
+        }
+        self.region.restore(ours);
+        if self.reported {
+            return;
+        }
+        self.reported = true;
+        let start = ours[1];
+        let rel = |v: u64| format!("{:+.3} s", (v as i128 - start as i128) as f64 / 1e9);
+        let msg = format!(
+            "schedule block {SCHEDULE_CHANNEL:?} was changed by a cell: it held go {}, start {}, end {} (from the \
+             start) where the supervisor set go {}, start {}, end {}; the Linux side kept the supervisor's schedule \
+             and the block was put back, but a cell's tasks may have ended early",
+            theirs[0],
+            rel(theirs[1]),
+            rel(theirs[2]),
+            ours[0],
+            rel(ours[1]),
+            rel(ours[2]),
+        );
+        eprintln!("error: {msg}");
+        errors.push(msg);
+    }
+}
+
+/// Every channel and statistics block of the region, resolved once right after we laid the region out
+/// (so every later read is bounded by our own layout, never by the live header), checked on every
+/// supervision tick and at the end. A channel or block found corrupted at any time is an error of the
+/// run naming it (printed once, at once).
+pub struct RegionWatch<'a> {
+    rings: Vec<(String, RingView<'a>)>,
+    signals: Vec<(String, SignalView<'a>, Vec<u8>)>,
+    /// COM channels with the table as we laid it out.
+    coms: Vec<(String, ComView<'a>, Vec<u64>)>,
+    /// Task statistics blocks: (task, block name, words, period, offset).
+    blocks: Vec<(String, String, &'a [AtomicU64], u64, u64)>,
+    /// What was found, by channel or block name.
+    found: Vec<String>,
+}
+
+impl<'a> RegionWatch<'a> {
+    /// Resolves the plan's channels and blocks in `region`, which must be the region just laid out.
+    pub fn new(plan: &Plan, region: &RegionView<'a>) -> Result<RegionWatch<'a>, String> {
+        let e = |name: &str, e: rtcell_shm::AttachError| format!("{name:?}: {e}");
+        let mut w = RegionWatch { rings: vec![], signals: vec![], coms: vec![], blocks: vec![], found: vec![] };
+        for ch in &plan.channels {
+            w.rings.push((ch.name.clone(), region.ring(&ch.name).map_err(|x| e(&ch.name, x))?));
+        }
+        for s in &plan.signals {
+            let v = region.signal(&s.name).map_err(|x| e(&s.name, x))?;
+            w.signals.push((s.name.clone(), v, vec![0u8; v.capacity()]));
+            if s.writable.is_some() {
+                let ack = rtcell_tasks::params::ack_name(&s.name);
+                let v = region.signal(&ack).map_err(|x| e(&ack, x))?;
+                w.signals.push((ack, v, vec![0u8; v.capacity()]));
+            }
+        }
+        for c in &plan.coms {
+            let v = region.com(&c.name).map_err(|x| e(&c.name, x))?;
+            let mut copy = vec![0u64; v.table_words()];
+            v.pin(&mut copy).map_err(|x| format!("{:?}: {x:?}", c.name))?;
+            w.coms.push((c.name.clone(), v, copy));
+        }
+        for t in &plan.tasks {
+            let name = &t.spec.name;
+            let block = rtcell_tasks::stats::stats_channel(name);
+            let words = rtcell_tasks::stats::stats_block(region, name).map_err(|x| e(&block, x))?;
+            w.blocks.push((name.clone(), block, words, t.spec.period_ns.max(1), t.spec.offset_ns));
+        }
+        Ok(w)
+    }
+
+    /// Whether task `task`'s statistics block holds what a task can have written, checked now (after
+    /// the caller read it): a block found scribbled, now or before, is reported and its live figures
+    /// must not be shown as the task's.
+    pub fn block_ok(&mut self, task: &str, start_ns: u64, errors: &mut Vec<String>) -> bool {
+        let Some(i) = self.blocks.iter().position(|(t, ..)| t == task) else { return true };
+        if let Some((name, msg)) = self.check_block(i, start_ns) {
+            self.report(&name, msg, errors);
+        }
+        !self.found.contains(&self.blocks[i].1)
+    }
+
+    /// Block `i` checked: `Some((block, message))` when it is impossible.
+    fn check_block(&self, i: usize, start_ns: u64) -> Option<(String, String)> {
+        let (task, block, words, period, offset) = &self.blocks[i];
+        let due = || {
+            if start_ns == 0 {
+                return 0;
+            }
+            let first = start_ns.saturating_add(*offset);
+            let now = mono_ns();
+            // One release of slack either side of the clock read.
+            if now < first { 1 } else { (now - first) / period + 2 }
+        };
+        let what = rtcell_tasks::stats::check_live(words, &due).err()?;
+        Some((
+            block.clone(),
+            format!(
+                "statistics block {block:?} was scribbled: {what} (task {task:?}'s live figures were not shown from \
+                 then on)"
+            ),
+        ))
+    }
+
+    fn report(&mut self, name: &str, msg: String, errors: &mut Vec<String>) {
+        if self.found.iter().any(|f| f == name) {
+            return;
+        }
+        self.found.push(name.to_string());
+        eprintln!("error: {msg}");
+        errors.push(msg);
+    }
+
+    /// Checks everything once. `start_ns` is the supervisor's start of the schedule (0 before go).
+    pub fn check(&mut self, start_ns: u64, errors: &mut Vec<String>) {
+        let mut bad: Vec<(String, String)> = Vec::new();
+        for (name, r) in &self.rings {
+            if let Err(what) = r.check_shared() {
+                bad.push((name.clone(), format!("corrupt channel {name:?} (ring), found by the supervisor: {what}")));
+            }
+        }
+        for (name, v, buf) in &mut self.signals {
+            let mut seen = 0;
+            match v.read(buf, &mut seen) {
+                Ok(_) | Err(SignalError::Busy) => {}
+                Err(e) => {
+                    let what = match e {
+                        SignalError::Corrupt(w) => w.to_string(),
+                        SignalError::TooSmall { len } => {
+                            format!("it claims a value of {len} bytes, more than it holds")
+                        }
+                        SignalError::TooLarge { .. } | SignalError::Busy => continue,
+                    };
+                    bad.push((
+                        name.clone(),
+                        format!("corrupt channel {name:?} (signal), found by the supervisor: {what}"),
+                    ));
+                }
+            }
+        }
+        for (name, v, copy) in &self.coms {
+            if v.pinned(copy).table_intact().is_err() {
+                bad.push((
+                    name.clone(),
+                    format!(
+                        "corrupt channel {name:?} (COM), found by the supervisor: its table no longer matches its layout"
+                    ),
+                ));
+            }
+        }
+        for i in 0..self.blocks.len() {
+            bad.extend(self.check_block(i, start_ns));
+        }
+        for (name, msg) in bad {
+            self.report(&name, msg, errors);
+        }
+    }
+}
