@@ -169,6 +169,12 @@ fn complaints_quoting_the_file_are_escaped_and_bounded() {
             "...(1000000 bytes)",
         ),
         (
+            "1,000,000-byte description",
+            format!("duration_s = 1\ndescription = \"{}\"\n", "D".repeat(1_000_000)),
+            "at most 4096",
+        ),
+        ("8-bit CSI in the description", "duration_s = 1\ndescription = \"a\\u009b2J\"\n".to_string(), "U+009B"),
+        (
             "bidi override in a signal name",
             "duration_s = 1\n[signals.\"s\u{202e}gnp.exe\"]\nvalues = 1\n".to_string(),
             "signals.s\\u{202e}gnp.exe",

@@ -22,6 +22,8 @@ pub const MAX_PERIOD_US: u64 = 3_600_000_000;
 pub const MAX_CYCLES: u64 = 1_000_000_000_000;
 /// Largest angle of a trajectory, in degrees (100 turns).
 pub const MAX_DEG: f64 = 36_000.0;
+/// Longest scenario description (bytes): it is copied into results.json, report.html and the history.
+pub const MAX_DESCRIPTION: usize = 4096;
 
 /// A number as a person reads it: exponent notation when it is huge or tiny.
 fn short(v: f64) -> String {
@@ -78,6 +80,23 @@ impl Validator<'_> {
 
     /// Ranges of every number in the file that the rest of the validation does not bound already.
     pub(super) fn check_ranges(&mut self, raw: &RawScenario) {
+        if let Some(d) = &raw.description {
+            if d.len() > MAX_DESCRIPTION {
+                self.err(
+                    "description",
+                    format!("{} bytes long: at most {MAX_DESCRIPTION}", d.len()),
+                    "shorten it (a line or a paragraph)",
+                );
+            }
+            // C0 and C1 controls (ESC, the 8-bit CSI) would reach terminals and documents; lines and tabs may stay.
+            if let Some(c) = d.chars().find(|c| c.is_control() && !matches!(c, '\n' | '\t')) {
+                self.err(
+                    "description",
+                    format!("holds the control character U+{:04X}", u32::from(c)),
+                    "remove it: a description is plain text",
+                );
+            }
+        }
         // A duration of 0 or less has its own complaint.
         if raw.duration_s > 0.0 {
             self.float_range(
