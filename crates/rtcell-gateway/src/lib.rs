@@ -23,6 +23,7 @@ pub mod runs;
 pub mod security;
 pub mod server;
 pub mod service;
+pub mod share;
 pub mod snapshot;
 pub mod start;
 pub mod state;
