@@ -386,15 +386,13 @@ where
     }
 }
 
+/// The future of an answer.
+type Answer<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
 impl<S> Authorized<S> {
     /// An identified request: the service's answer if the caller's role allows the method (the
     /// request in flight on its connection until the answer's end), else PERMISSION_DENIED, audited.
-    fn serve<B>(
-        &mut self,
-        caller: Caller,
-        method: String,
-        mut req: http::Request<B>,
-    ) -> Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>
+    fn serve<B>(&mut self, caller: Caller, method: String, mut req: http::Request<B>) -> Answer<S::Response, S::Error>
     where
         S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Send,
         S::Future: Send + 'static,

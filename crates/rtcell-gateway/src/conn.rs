@@ -428,9 +428,7 @@ impl<S> Guarded<S> {
     /// The idle timeout of an authenticated TCP connection: running while no request is in flight,
     /// restarted by each request.
     fn idle_check(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
-        if self.slot.peer.is_none() {
-            return None;
-        }
+        self.slot.peer?;
         let started = self.conn.0.started.load(Ordering::Relaxed);
         if self.conn.0.in_flight.load(Ordering::Acquire) > 0 || started != self.seen {
             self.seen = started;
