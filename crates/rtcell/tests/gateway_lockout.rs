@@ -222,3 +222,35 @@ fn failed_authentications_are_audited_in_aggregate_and_close_their_connection() 
         }
     });
 }
+
+#[test]
+fn an_authenticated_connection_with_no_request_in_flight_is_closed_after_the_idle_timeout() {
+    use rtcell_gateway::conn::IDLE_TIMEOUT;
+    let (_s, addr, _) = serve_tcp_with_roles();
+    rt().block_on(async {
+        let viewer = tcp(&addr, Some(VIEWER_TOKEN), None);
+        // Authenticated once, then only HTTP/2 pings (the client's transport answers them).
+        let mut idle = connect_from(&viewer, loopback(2)).await.unwrap();
+        idle.get_status(pb::GetStatusRequest {}).await.expect("authenticated");
+        // A connection with a stream in flight is not idle.
+        let mut busy = connect_from(&viewer, loopback(3)).await.unwrap();
+        let mut stream = busy
+            .stream_stats(pb::StreamStatsRequest { rate_hz: 0.2, count: 0, buckets: false })
+            .await
+            .expect("stream opens")
+            .into_inner();
+        let reader = tokio::spawn(async move {
+            let mut n = 0;
+            while let Ok(Some(_)) = stream.message().await {
+                n += 1;
+            }
+            n
+        });
+        // Past the timeout, with a margin for a loaded machine.
+        tokio::time::sleep(IDLE_TIMEOUT + Duration::from_secs(8)).await;
+        let text = metrics_of(&mut admin_answered(&addr).await).await;
+        assert!(closed(&text, "idle") >= 1.0, "an idle authenticated connection still open: {text}");
+        assert!(!reader.is_finished(), "a connection with a stream in flight was closed as idle");
+        reader.abort();
+    });
+}
