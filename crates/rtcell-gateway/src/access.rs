@@ -84,6 +84,8 @@ pub struct Caller {
     /// connection or the address.
     pub key: String,
     pub role: Role,
+    /// Where it called: per-identity shares apply on TCP (the Unix socket's peers are the server's user).
+    pub listener: Listener,
 }
 
 /// The caller of a request that passed [`Authorized`].
@@ -267,8 +269,9 @@ impl Access {
                     id: format!("unix uid {} pid {}", c.uid(), c.pid().map_or("?".into(), |p| p.to_string())),
                     key: format!("uid:{}", c.uid()),
                     role: Role::Admin,
+                    listener: Listener::Unix,
                 },
-                None => Caller { id: "unix".into(), key: "unix".into(), role: Role::Admin },
+                None => Caller { id: "unix".into(), key: "unix".into(), role: Role::Admin, listener: Listener::Unix },
             });
         }
         let tls_info = ext.get::<TlsConnectInfo<TcpConnectInfo>>();
@@ -304,7 +307,12 @@ impl Access {
             return Err(Status::unauthenticated("this listener has no way to authenticate clients"));
         }
         let scheme = if self.tls { "tls" } else { "tcp" };
-        Ok(Caller { id: format!("{scheme} {addr} {}", ids.join(" ")), key: keys.join(" "), role })
+        Ok(Caller {
+            id: format!("{scheme} {addr} {}", ids.join(" ")),
+            key: keys.join(" "),
+            role,
+            listener: Listener::Tcp,
+        })
     }
 }
 
@@ -357,28 +365,65 @@ where
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let method = method_of(req.uri().path()).to_string();
         let refused = match self.access.identify(self.on, req.headers(), req.extensions()) {
-            Err(status) => status,
-            Ok(caller) => {
-                self.conns.admit(req.extensions_mut());
-                let need = Role::needed_for(&method);
-                if caller.role >= need {
-                    req.extensions_mut().insert(caller);
-                    return Box::pin(self.inner.call(req));
+            Err(status) => {
+                // Counted per connection (closed after a few) and per address, audited in aggregate.
+                if let Some((ip, count)) = self.conns.auth_failed(req.extensions()) {
+                    self.gateway.audit.log(
+                        &format!("tcp {ip}"),
+                        "unauthenticated",
+                        serde_json::json!({ "count": count, "method": method }),
+                        &Err(status.clone()),
+                    );
                 }
-                let status = Status::permission_denied(format!(
-                    "{method} needs the {need} role; this client ({}) has the {} role",
-                    caller.id, caller.role
-                ));
-                self.gateway.audit.log(
-                    &caller.id,
-                    "denied",
-                    serde_json::json!({ "method": method, "role": caller.role.as_str(), "needs": need.as_str() }),
-                    &Err(status.clone()),
-                );
                 status
             }
+            Ok(caller) => match self.conns.admit(req.extensions_mut(), &caller.key) {
+                Err(status) => status,
+                Ok(()) => return self.serve(caller, method, req),
+            },
         };
         Box::pin(async move { Ok(refused.into_http()) })
+    }
+}
+
+/// The future of an answer.
+type Answer<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+impl<S> Authorized<S> {
+    /// An identified request: the service's answer if the caller's role allows the method (the
+    /// request in flight on its connection until the answer's end), else PERMISSION_DENIED, audited.
+    fn serve<B>(&mut self, caller: Caller, method: String, mut req: http::Request<B>) -> Answer<S::Response, S::Error>
+    where
+        S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Send,
+        S::Future: Send + 'static,
+    {
+        use http_body_util::BodyExt as _;
+        let need = Role::needed_for(&method);
+        if caller.role >= need {
+            let in_flight = req.extensions().get::<crate::conn::Conn>().map(|c| c.request());
+            req.extensions_mut().insert(caller);
+            let fut = self.inner.call(req);
+            return Box::pin(async move {
+                let resp = fut.await?;
+                Ok(resp.map(|b| {
+                    tonic::body::Body::new(b.map_frame(move |f| {
+                        let _held = &in_flight;
+                        f
+                    }))
+                }))
+            });
+        }
+        let status = Status::permission_denied(format!(
+            "{method} needs the {need} role; this client ({}) has the {} role",
+            caller.id, caller.role
+        ));
+        self.gateway.audit.log(
+            &caller.id,
+            "denied",
+            serde_json::json!({ "method": method, "role": caller.role.as_str(), "needs": need.as_str() }),
+            &Err(status.clone()),
+        );
+        Box::pin(async move { Ok(status.into_http()) })
     }
 }
 

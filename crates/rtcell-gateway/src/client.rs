@@ -86,6 +86,29 @@ pub async fn connect(c: &Connect) -> Result<Client, String> {
             ep.connect().await.map_err(|e| format!("cannot connect to {}: {}", c.addr, source_text(&e)))?
         }
     };
+    with_token(channel, c)
+}
+
+/// [`connect`] over plain TCP from the local address `source` (a multi-homed host's chosen address).
+pub async fn connect_from(c: &Connect, source: std::net::IpAddr) -> Result<Client, String> {
+    let Addr::Tcp(a) = c.addr else { return Err(format!("{}: not a TCP address", c.addr)) };
+    let channel = Endpoint::try_from(format!("http://{a}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(c.timeout)
+        .connect_with_connector(tower::service_fn(move |_: http::Uri| async move {
+            let s = if a.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+            s.bind(std::net::SocketAddr::new(source, 0))?;
+            let t = s.connect(a).await?;
+            t.set_nodelay(true)?;
+            Ok::<_, std::io::Error>(TokioIo::new(t))
+        }))
+        .await
+        .map_err(|e| format!("cannot connect to {} from {source}: {}", c.addr, source_text(&e)))?;
+    with_token(channel, c)
+}
+
+/// The client of a channel, sending `c`'s bearer token with each request.
+fn with_token(channel: Channel, c: &Connect) -> Result<Client, String> {
     let bearer = match &c.token {
         Some(t) => Some(
             format!("Bearer {t}")

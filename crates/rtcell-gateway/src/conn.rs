@@ -1,19 +1,28 @@
-//! Each accepted connection under guard: the deadline for its first authenticated request, the cap on
-//! connections per peer address, and a handle by which the gateway closes it (a client that stopped
-//! reading its streams).
+//! Each accepted connection under guard: the deadline for its first authenticated request, the caps on
+//! connections per peer address, per identity and before authentication, the idle timeout of an
+//! authenticated connection, failed authentications, and a handle by which the gateway closes it (a
+//! client that stopped reading its streams).
+//!
+//! TCP only (the Unix socket's peers are the server's own user): connections not yet authenticated
+//! hold at most [`MAX_PREAUTH`] of the listener's places, so authenticated clients always have the
+//! other half; when those are taken a new connection takes the place of the oldest unauthenticated one
+//! of the address holding the most (so addresses that hold many cannot keep out one that holds few),
+//! or is closed at once if its own address holds as many as any.
 //!
 //! The guard wraps the accepted socket *below* TLS, so a TLS handshake that never ends runs into the
 //! same deadline as a connection that never sends a byte. A connection is admitted when its first
 //! request has passed authentication (the [`Conns::admitter`] interceptor runs after the token check;
 //! on mutual TLS the handshake checked the certificate; on the Unix socket the socket's mode did).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::share::{Share, Shares};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
@@ -25,6 +34,19 @@ pub const AUTH_DEADLINE: Duration = Duration::from_secs(5);
 /// Most connections open at once from one peer address (TCP), below the listener's cap, so that one
 /// peer's idle sockets never lock the others out.
 pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 16;
+/// Most TCP connections of a listener not yet authenticated: half its places.
+pub const MAX_PREAUTH: usize = crate::server::MAX_CONNECTIONS / 2;
+/// Most authenticated TCP connections of one identity (token, certificate) per listener.
+pub const MAX_CONNECTIONS_PER_IDENTITY: usize = 16;
+/// An authenticated TCP connection with no request in flight for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Failed authentications after which a connection is closed.
+pub const MAX_AUTH_FAILURES: u32 = 8;
+/// At most one audit line about failed authentications per address in this time.
+pub const AUTH_FAILURE_AUDIT_EVERY: Duration = Duration::from_secs(1);
+/// A connection refused after a request is closed this long after it, so that the refusal reaches
+/// the client first.
+const CLOSE_AFTER_REFUSAL: Duration = Duration::from_millis(500);
 
 /// Connections the gateway closed, by reason.
 #[derive(Default, Debug)]
@@ -37,6 +59,16 @@ pub struct ClosedCounters {
     pub no_request: AtomicU64,
     /// A statistics stream on it made no progress within its deadline (the client does not read).
     pub stalled_stream: AtomicU64,
+    /// At accept: [`MAX_PREAUTH`] unauthenticated connections open, and its address held as many as any.
+    pub preauth_full: AtomicU64,
+    /// Unauthenticated, and its place taken by a new connection of an address holding fewer.
+    pub preauth_evicted: AtomicU64,
+    /// Its identity already had [`MAX_CONNECTIONS_PER_IDENTITY`] connections.
+    pub identity_full: AtomicU64,
+    /// Authenticated, and no request in flight for [`IDLE_TIMEOUT`].
+    pub idle: AtomicU64,
+    /// [`MAX_AUTH_FAILURES`] failed authentications on it.
+    pub auth_failures: AtomicU64,
 }
 
 impl ClosedCounters {
@@ -48,6 +80,11 @@ impl ClosedCounters {
             ("address_full", l(&self.address_full)),
             ("no_request", l(&self.no_request)),
             ("stalled_stream", l(&self.stalled_stream)),
+            ("preauth_full", l(&self.preauth_full)),
+            ("preauth_evicted", l(&self.preauth_evicted)),
+            ("identity_full", l(&self.identity_full)),
+            ("idle", l(&self.idle)),
+            ("auth_failures", l(&self.auth_failures)),
         ]
     }
 }
@@ -56,6 +93,16 @@ impl ClosedCounters {
 struct State {
     admitted: AtomicBool,
     closing: AtomicBool,
+    /// Among the listener's unauthenticated connections.
+    pending: AtomicBool,
+    /// Requests in flight (their responses not yet sent to their end).
+    in_flight: AtomicUsize,
+    /// Requests started, ever: a change restarts the idle timeout.
+    started: AtomicU64,
+    /// Failed authentications on it.
+    failures: AtomicU32,
+    /// The connection's place among its identity's (TCP), once authenticated.
+    identity: Mutex<Option<Share<String>>>,
     /// The task driving the connection's socket, woken when the gateway closes it.
     waker: Mutex<Option<Waker>>,
 }
@@ -73,12 +120,43 @@ impl Conn {
         self.0.admitted.load(Ordering::Acquire)
     }
 
+    /// A request on it starts; it is in flight until the returned guard is dropped.
+    pub fn request(&self) -> InFlight {
+        self.0.started.fetch_add(1, Ordering::Relaxed);
+        self.0.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+
+    /// Closes the connection a little later, once a refusal sent on it has reached the client.
+    pub fn close_soon(&self) {
+        let c = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(CLOSE_AFTER_REFUSAL).await;
+            c.close();
+        });
+    }
+
     /// Closes the connection: its socket fails on the next read or write, which ends every stream on it.
     pub fn close(&self) {
         self.0.closing.store(true, Ordering::Release);
         if let Ok(mut w) = self.0.waker.lock()
             && let Some(w) = w.take()
         {
+            w.wake();
+        }
+    }
+}
+
+/// A request in flight on a connection (see [`Conn::request`]).
+pub struct InFlight(Conn);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Ok(mut w) = self.0.0.waker.lock()
+            && let Some(w) = w.take()
+        {
+            // The connection's task restarts its idle timeout.
             w.wake();
         }
     }
@@ -93,17 +171,88 @@ pub struct UnixConn {
 }
 
 /// The connections of one listener.
-#[derive(Default)]
 pub struct Conns {
     /// Open TCP connections by peer address (ip, port): how the admitter finds a request's connection.
     by_peer: Mutex<HashMap<SocketAddr, Conn>>,
-    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    per_ip: Arc<Shares<IpAddr>>,
+    per_identity: Arc<Shares<String>>,
+    pending: Mutex<Pending>,
+    /// Failed authentications per address not yet in the audit log, and when the last line was written.
+    failed: Mutex<HashMap<IpAddr, (u64, Option<Instant>)>>,
     pub closed: Arc<ClosedCounters>,
+}
+
+/// A listener's unauthenticated TCP connections, oldest first per address.
+#[derive(Default)]
+struct Pending {
+    n: usize,
+    seq: u64,
+    by_ip: HashMap<IpAddr, VecDeque<(u64, Conn)>>,
 }
 
 impl Conns {
     pub fn new(closed: Arc<ClosedCounters>) -> Arc<Conns> {
-        Arc::new(Conns { closed, ..Default::default() })
+        Arc::new(Conns {
+            by_peer: Mutex::default(),
+            per_ip: Shares::new(MAX_CONNECTIONS_PER_ADDRESS),
+            per_identity: Shares::new(MAX_CONNECTIONS_PER_IDENTITY),
+            pending: Mutex::default(),
+            failed: Mutex::default(),
+            closed,
+        })
+    }
+
+    /// The connections per address of the `/metrics` listener: the same cap as the gRPC listeners'.
+    pub fn per_address() -> Arc<Shares<IpAddr>> {
+        Shares::new(MAX_CONNECTIONS_PER_ADDRESS)
+    }
+
+    /// Counts `conn` among the unauthenticated connections of `ip`: in a free place, or in the place of
+    /// the oldest of the address holding the most (if that is more than `ip` holds); `false` if neither.
+    fn enter_pending(&self, ip: IpAddr, conn: &Conn) -> bool {
+        let Ok(mut p) = self.pending.lock() else { return false };
+        if p.n >= MAX_PREAUTH {
+            let mine = p.by_ip.get(&ip).map_or(0, VecDeque::len);
+            let victim = p
+                .by_ip
+                .iter()
+                .filter(|(_, q)| q.len() > mine)
+                .max_by_key(|(_, q)| (q.len(), std::cmp::Reverse(q.front().map_or(0, |e| e.0))))
+                .map(|(ip, _)| *ip);
+            let Some(v) = victim else { return false };
+            if let Some(q) = p.by_ip.get_mut(&v)
+                && let Some((_, old)) = q.pop_front()
+            {
+                if q.is_empty() {
+                    p.by_ip.remove(&v);
+                }
+                p.n -= 1;
+                old.0.pending.store(false, Ordering::Release);
+                old.close();
+                self.closed.preauth_evicted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        p.seq += 1;
+        let seq = p.seq;
+        p.by_ip.entry(ip).or_default().push_back((seq, conn.clone()));
+        p.n += 1;
+        conn.0.pending.store(true, Ordering::Release);
+        true
+    }
+
+    /// No longer among the unauthenticated connections (admitted, or gone).
+    fn leave_pending(&self, ip: IpAddr, conn: &Conn) {
+        let Ok(mut p) = self.pending.lock() else { return };
+        if !conn.0.pending.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(q) = p.by_ip.get_mut(&ip) {
+            q.retain(|(_, c)| !Arc::ptr_eq(&c.0, &conn.0));
+            if q.is_empty() {
+                p.by_ip.remove(&ip);
+            }
+        }
+        p.n = p.n.saturating_sub(1);
     }
 
     /// Guards an accepted connection, or `None` (counted) if its address already has the most open.
@@ -114,15 +263,17 @@ impl Conns {
         permit: OwnedSemaphorePermit,
     ) -> Option<Guarded<S>> {
         let conn = Conn::default();
+        let mut share = None;
         if let Some(p) = peer {
-            let mut per_ip = self.per_ip.lock().ok()?;
-            let n = per_ip.entry(p.ip()).or_default();
-            if *n >= MAX_CONNECTIONS_PER_ADDRESS {
+            let Some(s) = self.per_ip.take(p.ip()) else {
                 self.closed.address_full.fetch_add(1, Ordering::Relaxed);
                 return None;
+            };
+            share = Some(s);
+            if !self.enter_pending(p.ip(), &conn) {
+                self.closed.preauth_full.fetch_add(1, Ordering::Relaxed);
+                return None;
             }
-            *n += 1;
-            drop(per_ip);
             if let Ok(mut m) = self.by_peer.lock() {
                 m.insert(p, conn.clone());
             }
@@ -130,52 +281,104 @@ impl Conns {
         Some(Guarded {
             io,
             deadline: Some(Box::pin(tokio::time::sleep(AUTH_DEADLINE))),
-            conn,
-            slot: Slot { conns: Arc::clone(self), peer },
+            idle: None,
+            seen: 0,
+            conn: conn.clone(),
+            slot: Slot { conns: Arc::clone(self), peer, conn, _share: share },
             _permit: permit,
         })
     }
 
-    /// Admits the connection a request came on (call it once the request has passed authentication)
-    /// and puts the connection's [`Conn`] into the request for the handlers.
-    pub fn admit(&self, ext: &mut http::Extensions) {
-        let conn = match ext.get::<UnixConn>() {
+    /// The connection a request came on.
+    pub fn conn_of(&self, ext: &http::Extensions) -> Option<Conn> {
+        match ext.get::<UnixConn>() {
             Some(u) => Some(u.conn.clone()),
-            None => ext
-                .get::<TcpConnectInfo>()
-                .and_then(|i| i.remote_addr())
-                .or_else(|| {
-                    ext.get::<tonic::transport::server::TlsConnectInfo<TcpConnectInfo>>()
-                        .and_then(|i| i.get_ref().remote_addr())
-                })
-                .and_then(|a| self.by_peer.lock().ok().and_then(|m| m.get(&a).cloned())),
-        };
-        if let Some(c) = conn {
-            c.admit();
-            ext.insert(c);
+            None => peer_of(ext).and_then(|a| self.by_peer.lock().ok().and_then(|m| m.get(&a).cloned())),
         }
     }
+
+    /// A request failed authentication: counted on its connection (closed after
+    /// [`MAX_AUTH_FAILURES`]) and for its address. Returns `(address, failures)` when an audit line
+    /// is due: at most one per address per [`AUTH_FAILURE_AUDIT_EVERY`], with the failures since the
+    /// last one.
+    pub fn auth_failed(&self, ext: &http::Extensions) -> Option<(IpAddr, u64)> {
+        if let Some(c) = self.conn_of(ext)
+            && c.0.failures.fetch_add(1, Ordering::AcqRel) + 1 == MAX_AUTH_FAILURES
+        {
+            self.closed.auth_failures.fetch_add(1, Ordering::Relaxed);
+            c.close_soon();
+        }
+        let ip = peer_of(ext)?.ip();
+        let now = Instant::now();
+        let mut m = self.failed.lock().ok()?;
+        if m.len() >= 4096 {
+            // Many addresses: forget those whose last line is old (their count starts again).
+            m.retain(|_, (_, at)| at.is_some_and(|t| now.duration_since(t) < AUTH_FAILURE_AUDIT_EVERY));
+        }
+        let (n, at) = m.entry(ip).or_insert((0, None));
+        *n += 1;
+        if at.is_some_and(|t| now.duration_since(t) < AUTH_FAILURE_AUDIT_EVERY) {
+            return None;
+        }
+        *at = Some(now);
+        Some((ip, std::mem::take(n)))
+    }
+
+    /// Admits the connection a request came on (call it once the request has passed authentication)
+    /// and puts the connection's [`Conn`] into the request for the handlers.
+    /// On TCP the connection counts against `identity`'s [`MAX_CONNECTIONS_PER_IDENTITY`] from then
+    /// on; one beyond is refused (RESOURCE_EXHAUSTED) and closed.
+    pub fn admit(&self, ext: &mut http::Extensions, identity: &str) -> Result<(), tonic::Status> {
+        let Some(c) = self.conn_of(ext) else { return Ok(()) };
+        if let Some(peer) = peer_of(ext) {
+            let Ok(mut held) = c.0.identity.lock() else {
+                return Err(tonic::Status::internal("connection state poisoned"));
+            };
+            if held.is_none() {
+                let Some(share) = self.per_identity.take(identity.to_string()) else {
+                    drop(held);
+                    self.closed.identity_full.fetch_add(1, Ordering::Relaxed);
+                    c.close_soon();
+                    return Err(tonic::Status::resource_exhausted(format!(
+                        "this client's identity already has {MAX_CONNECTIONS_PER_IDENTITY} connections open, its most: \
+                         use those, or close one; this connection is closed"
+                    )));
+                };
+                *held = Some(share);
+            }
+            drop(held);
+            self.leave_pending(peer.ip(), &c);
+        }
+        c.admit();
+        ext.insert(c);
+        Ok(())
+    }
+}
+
+/// The peer address of a TCP request (with or without TLS).
+fn peer_of(ext: &http::Extensions) -> Option<SocketAddr> {
+    ext.get::<TcpConnectInfo>().and_then(|i| i.remote_addr()).or_else(|| {
+        ext.get::<tonic::transport::server::TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.get_ref().remote_addr())
+    })
 }
 
 /// Frees a connection's place among its address's when the connection goes.
 struct Slot {
     conns: Arc<Conns>,
     peer: Option<SocketAddr>,
+    conn: Conn,
+    _share: Option<Share<IpAddr>>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let Some(p) = self.peer else { return };
-        if let Ok(mut m) = self.conns.per_ip.lock()
-            && let Some(n) = m.get_mut(&p.ip())
-        {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                m.remove(&p.ip());
-            }
-        }
+        self.conns.leave_pending(p.ip(), &self.conn);
         if let Ok(mut m) = self.conns.by_peer.lock() {
             m.remove(&p);
+        }
+        if let Ok(mut held) = self.conn.0.identity.lock() {
+            held.take();
         }
     }
 }
@@ -185,6 +388,10 @@ pub struct Guarded<S> {
     io: S,
     /// Until the first authenticated request; `None` once admitted.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Authenticated TCP connection with no request in flight: until it is closed as idle.
+    idle: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// [`State::started`] when the idle timeout was last (re)started.
+    seen: u64,
     conn: Conn,
     slot: Slot,
     _permit: OwnedSemaphorePermit,
@@ -204,6 +411,9 @@ impl<S> Guarded<S> {
         }
         if self.conn.is_admitted() {
             self.deadline = None;
+            if let Some(e) = self.idle_check(cx) {
+                return Some(e);
+            }
         } else if let Some(d) = &mut self.deadline
             && d.as_mut().poll(cx).is_ready()
         {
@@ -211,6 +421,28 @@ impl<S> Guarded<S> {
             self.slot.conns.closed.no_request.fetch_add(1, Ordering::Relaxed);
             self.conn.close();
             return Some(std::io::Error::new(std::io::ErrorKind::TimedOut, "no authenticated request in time"));
+        }
+        None
+    }
+
+    /// The idle timeout of an authenticated TCP connection: running while no request is in flight,
+    /// restarted by each request.
+    fn idle_check(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
+        self.slot.peer?;
+        let started = self.conn.0.started.load(Ordering::Relaxed);
+        if self.conn.0.in_flight.load(Ordering::Acquire) > 0 || started != self.seen {
+            self.seen = started;
+            self.idle = None;
+            if self.conn.0.in_flight.load(Ordering::Acquire) > 0 {
+                return None;
+            }
+        }
+        let idle = self.idle.get_or_insert_with(|| Box::pin(tokio::time::sleep(IDLE_TIMEOUT)));
+        if idle.as_mut().poll(cx).is_ready() {
+            self.idle = None;
+            self.slot.conns.closed.idle.fetch_add(1, Ordering::Relaxed);
+            self.conn.close();
+            return Some(std::io::Error::new(std::io::ErrorKind::TimedOut, "idle"));
         }
         None
     }

@@ -7,7 +7,9 @@
 //! - [`access`]: who calls (Unix uid, bearer token, client certificate) and its role;
 //! - [`security`]: rate limits per identity, client text capped, the audit log;
 //! - [`listen`]: the Unix socket (0600, private directory) and TCP listeners, the connection caps;
-//! - [`conn`]: each connection's guard (deadline for its first authenticated request, cap per address);
+//! - [`conn`]: each connection's guard (first-request deadline, caps per address, per identity and before
+//!   authentication, idle timeout, failed authentications);
+//! - [`share`]: shares of a capped resource per key (address, identity);
 //! - [`streams`]: statistics streams with bounded memory (dropped samples, stall deadline, cap);
 //! - [`metrics`]: the Prometheus text exposition;
 //! - [`server`]: listeners, TLS and limits put together; [`client`]: connecting as `rtcell ctl` does.
@@ -23,6 +25,7 @@ pub mod runs;
 pub mod security;
 pub mod server;
 pub mod service;
+pub mod share;
 pub mod snapshot;
 pub mod start;
 pub mod state;

@@ -386,8 +386,11 @@ fn encode_limits(enc: &mut DescriptorEncoder, l: &Limits) -> std::fmt::Result {
     counter(
         enc,
         "rtcell_gateway_connections_closed",
-        "Connections the gateway closed, by reason: listener_full and address_full at accept, no_request \
-         (no authenticated request within the deadline), stalled_stream (a stream its client did not read).",
+        "Connections the gateway closed, by reason: listener_full, address_full and preauth_full at accept, \
+         preauth_evicted (unauthenticated, its place given to an address holding fewer), no_request (no \
+         authenticated request within the deadline), identity_full (its identity's most connections), idle \
+         (no request in flight for the idle timeout), auth_failures (too many failed authentications), \
+         stalled_stream (a stream its client did not read).",
         l.closed.iter().map(|(r, n)| (ReasonLabels { reason: (*r).to_string() }, *n)),
     )?;
     let bytes = Some(&Unit::Bytes);

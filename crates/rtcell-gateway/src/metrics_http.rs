@@ -1,7 +1,12 @@
 //! `/metrics` over plain HTTP/1.1 for Prometheus (read-only: it shows figures, it changes nothing).
+//! The same limits as the gRPC listeners: [`MAX_CONNECTIONS`](crate::server::MAX_CONNECTIONS) open,
+//! [`MAX_CONNECTIONS_PER_ADDRESS`](crate::conn::MAX_CONNECTIONS_PER_ADDRESS) per address, and a
+//! request's headers within [`AUTH_DEADLINE`](crate::conn::AUTH_DEADLINE) of accept or of the previous
+//! answer.
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -15,8 +20,9 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub async fn serve(l: tokio::net::TcpListener, gateway: Arc<Gateway>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let open = Arc::new(tokio::sync::Semaphore::new(crate::server::MAX_CONNECTIONS));
+    let per_address = crate::conn::Conns::per_address();
     loop {
-        let (io, _) = tokio::select! {
+        let (io, peer) = tokio::select! {
             r = l.accept() => match r {
                 Ok(c) => c,
                 Err(_) => {
@@ -31,8 +37,15 @@ pub async fn serve(l: tokio::net::TcpListener, gateway: Arc<Gateway>, mut stop: 
                 continue;
             }
         };
+        let closed = &gateway.counters.closed;
         let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
-            gateway.counters.connections_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            gateway.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
+            closed.listener_full.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let Some(share) = per_address.take(peer.ip()) else {
+            gateway.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
+            closed.address_full.fetch_add(1, Ordering::Relaxed);
             continue;
         };
         let g = Arc::clone(&gateway);
@@ -41,10 +54,10 @@ pub async fn serve(l: tokio::net::TcpListener, gateway: Arc<Gateway>, mut stop: 
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .max_buf_size(16 * 1024)
-                .header_read_timeout(std::time::Duration::from_secs(10))
+                .header_read_timeout(crate::conn::AUTH_DEADLINE)
                 .serve_connection(TokioIo::new(io), svc);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(60), conn).await;
-            drop(permit);
+            drop((permit, share));
         });
     }
 }

@@ -8,7 +8,8 @@
 //! - A stream the transport has not asked for anything for [`STALL_DEADLINE`] is ended: its connection
 //!   is closed (the client is not reading, so a status could not reach it), and counted.
 //! - At most [`MAX_OPEN_STREAMS`] streams are open gateway-wide, none is opened while the process is
-//!   above its [memory budget](crate::metrics::MEMORY_BUDGET_BYTES): beyond, RESOURCE_EXHAUSTED.
+//!   above its [memory budget](crate::metrics::MEMORY_BUDGET_BYTES): beyond, RESOURCE_EXHAUSTED. A TCP
+//!   client's identity (token, certificate) holds at most [`MAX_STREAMS_PER_IDENTITY`] of them.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,9 +25,12 @@ use tonic::{Request, Status};
 use crate::conn::Conn;
 use crate::pb;
 use crate::service::Gateway;
+use crate::share::{Share, Shares};
 
 /// Most statistics streams open at once, gateway-wide.
 pub const MAX_OPEN_STREAMS: usize = 256;
+/// Most statistics streams one identity of a TCP client holds open (its share of [`MAX_OPEN_STREAMS`]).
+pub const MAX_STREAMS_PER_IDENTITY: usize = MAX_OPEN_STREAMS / 4;
 /// A stream that the transport has not asked for a snapshot for this long (beyond its period) is ended.
 pub const STALL_DEADLINE: Duration = Duration::from_secs(10);
 /// Snapshots a stream holds beyond what the transport took: the one being built when asked.
@@ -35,6 +39,7 @@ pub const QUEUE_SNAPSHOTS: usize = 1;
 /// The streams' figures and the gateway-wide cap.
 pub struct StreamCounters {
     open: Arc<Semaphore>,
+    per_identity: Arc<Shares<String>>,
     /// Snapshots not sent because the client did not read in time.
     pub dropped_samples: AtomicU64,
     /// Streams ended because they made no progress within [`STALL_DEADLINE`].
@@ -47,6 +52,7 @@ impl Default for StreamCounters {
     fn default() -> Self {
         StreamCounters {
             open: Arc::new(Semaphore::new(MAX_OPEN_STREAMS)),
+            per_identity: Shares::new(MAX_STREAMS_PER_IDENTITY),
             dropped_samples: AtomicU64::new(0),
             ended_stalled: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -67,6 +73,7 @@ pub type StatsStream = Pin<Box<dyn Stream<Item = Result<pb::Stats, Status>> + Se
 /// The StreamStats call: checks the request and the caps, and returns the stream.
 pub fn stream_stats(g: Arc<Gateway>, req: Request<pb::StreamStatsRequest>) -> Result<StatsStream, Status> {
     let conn = req.extensions().get::<Conn>().cloned();
+    let caller = crate::access::caller(&req)?;
     let r = req.into_inner();
     let rate = if r.rate_hz == 0.0 { 1.0 } else { r.rate_hz };
     if !(0.1..=100.0).contains(&rate) {
@@ -82,6 +89,19 @@ pub fn stream_stats(g: Arc<Gateway>, req: Request<pb::StreamStatsRequest>) -> Re
             crate::metrics::MEMORY_BUDGET_BYTES >> 20
         )));
     }
+    let share = match caller.listener {
+        crate::access::Listener::Unix => None,
+        crate::access::Listener::Tcp => match counters.per_identity.take(caller.key.clone()) {
+            Some(s) => Some(s),
+            None => {
+                counters.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(Status::resource_exhausted(format!(
+                    "this client's identity has {MAX_STREAMS_PER_IDENTITY} statistics streams open, its most \
+                     (of {MAX_OPEN_STREAMS} on this gateway): close one or retry later"
+                )));
+            }
+        },
+    };
     let Ok(permit) = Arc::clone(&counters.open).try_acquire_owned() else {
         counters.refused.fetch_add(1, Ordering::Relaxed);
         return Err(Status::resource_exhausted(format!(
@@ -106,6 +126,7 @@ pub fn stream_stats(g: Arc<Gateway>, req: Request<pb::StreamStatsRequest>) -> Re
         done: false,
         shared,
         _permit: permit,
+        _share: share,
     }))
 }
 
@@ -159,6 +180,7 @@ struct Snapshots {
     done: bool,
     shared: Arc<Shared>,
     _permit: OwnedSemaphorePermit,
+    _share: Option<Share<String>>,
 }
 
 impl Stream for Snapshots {

@@ -26,12 +26,7 @@ const HALF_HELLO: &[u8] = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
 /// How long a test waits for what must happen after the deadline: a bound against hanging, far above it.
 const PATIENCE: Duration = Duration::from_secs(40);
 
-use gw::{Served, private_dir, rt, serve, tcp as client};
-
-/// A metric's value in a text exposition (`name{labels}` as written, or `name` alone).
-fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-}
+use gw::{Served, metric, private_dir, rt, serve, tcp as client};
 
 async fn metrics_of(c: &mut Client) -> String {
     c.get_metrics(pb::GetMetricsRequest {}).await.expect("metrics").into_inner().text

@@ -279,3 +279,42 @@ pub fn pki_with_role(dir: &Path, tag: &str, role: Option<&str>) -> Pki {
         client: (write("client.pem", &cc), write("client.key", &ck)),
     }
 }
+
+/// An admin and a viewer token, as the lockout tests use them.
+pub const ADMIN_TOKEN: &str = "admin-0123456789abcdef0123456789";
+pub const VIEWER_TOKEN: &str = "viewer-0123456789abcdef012345678";
+
+/// `rtcell serve` on TCP (port 0 on all loopback addresses) with [`ADMIN_TOKEN`] and [`VIEWER_TOKEN`],
+/// and its gRPC address.
+pub fn serve_tcp_with_roles() -> (Served, Addr, std::net::SocketAddr) {
+    let dir = private_dir();
+    let token = dir.path().join("tokens");
+    std::fs::write(&token, format!("admin {ADMIN_TOKEN}\nviewer {VIEWER_TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let s = serve(&["--listen", "tcp://0.0.0.0:0", "--token-file", &token.display().to_string()]);
+    let Addr::Tcp(sa) = s.grpc("tcp://") else { unreachable!() };
+    let sa = std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), sa.port());
+    (s, Addr::Tcp(sa), sa)
+}
+
+/// The loopback address 127.0.0.N: another peer address on the same machine.
+pub fn loopback(n: u8) -> std::net::IpAddr {
+    std::net::Ipv4Addr::new(127, 0, 0, n).into()
+}
+
+/// A TCP connection to `to` from the local address `from`.
+pub async fn tcp_from(from: std::net::IpAddr, to: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let s = tokio::net::TcpSocket::new_v4()?;
+    s.bind(std::net::SocketAddr::new(from, 0))?;
+    s.connect(to).await
+}
+
+/// A metric's value in a text exposition (`name{labels}` as written, or `name` alone).
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// `rtcell_gateway_connections_closed_total{reason=REASON}` in a text exposition (0 if absent).
+pub fn closed(text: &str, reason: &str) -> f64 {
+    metric(text, &format!("rtcell_gateway_connections_closed_total{{reason=\"{reason}\"}}")).unwrap_or(0.0)
+}

@@ -1,0 +1,256 @@
+//! Nobody holds the gateway: idle sockets from many addresses before authentication, one identity's
+//! many connections or streams after it, `/metrics` sockets, and clients guessing tokens never lock
+//! another client out (each test is an attack that worked on an earlier gateway).
+
+mod common;
+#[path = "common/gw.rs"]
+mod gw;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gw::{ADMIN_TOKEN, VIEWER_TOKEN, closed, loopback, rt, serve_tcp_with_roles, tcp, tcp_from};
+use rtcell_gateway::client::{Client, connect, connect_from};
+use rtcell_gateway::conn::{MAX_AUTH_FAILURES, MAX_CONNECTIONS_PER_ADDRESS, MAX_CONNECTIONS_PER_IDENTITY};
+use rtcell_gateway::listen::Addr;
+use rtcell_gateway::pb;
+use rtcell_gateway::streams::MAX_STREAMS_PER_IDENTITY;
+use tokio::io::AsyncReadExt;
+
+/// A bound against hanging for what must happen after a deadline, far above it.
+const PATIENCE: Duration = Duration::from_secs(40);
+/// A good client's connection and first answer: milliseconds unloaded; 3 s is a generous bound a
+/// loaded machine still meets (the earlier gateway never answered: it closed the connection).
+const ANSWER_BOUND: Duration = Duration::from_secs(3);
+
+async fn metrics_of(c: &mut Client) -> String {
+    c.get_metrics(pb::GetMetricsRequest {}).await.expect("metrics").into_inner().text
+}
+
+/// The admin connects from 127.0.0.1 and is answered within [`ANSWER_BOUND`].
+async fn admin_answered(addr: &Addr) -> Client {
+    let t0 = Instant::now();
+    let attempt = async {
+        let mut c = connect(&tcp(addr, Some(ADMIN_TOKEN), None)).await?;
+        c.get_status(pb::GetStatusRequest {}).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(c)
+    };
+    match tokio::time::timeout(ANSWER_BOUND, attempt).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => panic!("the admin was refused: {e}"),
+        Err(_) => panic!("the admin was not answered within {ANSWER_BOUND:?} ({:?})", t0.elapsed()),
+    }
+}
+
+/// Holds an idle connection from `from` that never sends a byte, making a new one as soon as the
+/// gateway closes it, until `stop`.
+async fn hold_idle(from: std::net::IpAddr, to: std::net::SocketAddr, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(mut s) = tcp_from(from, to).await else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let mut buf = [0u8; 512];
+        while !stop.load(Ordering::Relaxed) {
+            match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                _ => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn idle_sockets_from_eight_addresses_reconnecting_never_lock_a_client_with_a_token_out() {
+    let (s, addr, sa) = serve_tcp_with_roles();
+    rt().block_on(async {
+        let stop = Arc::new(AtomicBool::new(false));
+        // 8 addresses x their 16 connections: as many as the listener's places, reconnecting at once.
+        let mut idle = Vec::new();
+        for a in 2..=9 {
+            for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+                idle.push(tokio::spawn(hold_idle(loopback(a), sa, Arc::clone(&stop))));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Over more than the first-request deadline, so the reconnecting sockets meet the client too.
+        let t0 = Instant::now();
+        let mut n = 0;
+        while t0.elapsed() < Duration::from_secs(7) {
+            admin_answered(&addr).await;
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in idle {
+            let _ = t.await;
+        }
+        let text = metrics_of(&mut admin_answered(&addr).await).await;
+        assert!(closed(&text, "preauth_full") + closed(&text, "preauth_evicted") >= 1.0, "{text}");
+        eprintln!("admin answered {n} of {n} times beside 128 reconnecting idle sockets");
+    });
+    drop(s);
+}
+
+#[test]
+fn one_viewer_token_holds_at_most_its_connections_and_never_locks_the_admin_out() {
+    let (_s, addr, _) = serve_tcp_with_roles();
+    rt().block_on(async {
+        let viewer = tcp(&addr, Some(VIEWER_TOKEN), None);
+        let mut held = Vec::new();
+        // The viewer's connections from several addresses (each under its address's cap).
+        for i in 0..MAX_CONNECTIONS_PER_IDENTITY {
+            let from = loopback(2 + (i / 8) as u8);
+            let mut c = connect_from(&viewer, from).await.expect("connects");
+            c.get_status(pb::GetStatusRequest {}).await.expect("a connection within the identity's share");
+            held.push(c);
+        }
+        let mut extra = connect_from(&viewer, loopback(9)).await.expect("connects");
+        let e = extra.get_status(pb::GetStatusRequest {}).await.expect_err("one connection beyond the share");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+        assert!(e.message().contains(&MAX_CONNECTIONS_PER_IDENTITY.to_string()), "{e}");
+        let mut admin = admin_answered(&addr).await;
+        let text = metrics_of(&mut admin).await;
+        assert!(closed(&text, "identity_full") >= 1.0, "{text}");
+        // The connections within the share still answer.
+        held[0].get_status(pb::GetStatusRequest {}).await.expect("held connection answers");
+    });
+}
+
+#[test]
+fn one_viewer_token_holds_at_most_its_share_of_the_statistics_streams() {
+    let (_s, addr, _) = serve_tcp_with_roles();
+    rt().block_on(async {
+        let viewer = tcp(&addr, Some(VIEWER_TOKEN), None);
+        let req = || pb::StreamStatsRequest { rate_hz: 0.1, count: 0, buckets: false };
+        let mut streams = Vec::new();
+        let mut conns = Vec::new();
+        // 32 streams to a connection (its most requests in flight).
+        for _ in 0..MAX_STREAMS_PER_IDENTITY.div_ceil(32) {
+            let mut c = connect(&viewer).await.unwrap();
+            for _ in 0..32.min(MAX_STREAMS_PER_IDENTITY - streams.len()) {
+                streams.push(c.stream_stats(req()).await.expect("a stream within the share").into_inner());
+            }
+            conns.push(c);
+        }
+        let mut c = connect(&viewer).await.unwrap();
+        let e = c.stream_stats(req()).await.expect_err("a stream beyond the identity's share");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+        assert!(e.message().contains(&MAX_STREAMS_PER_IDENTITY.to_string()), "{e}");
+        let mut admin = admin_answered(&addr).await;
+        admin.stream_stats(req()).await.expect("the admin's stream opens beside the viewer's");
+        drop(streams);
+    });
+}
+
+/// One GET /metrics from 127.0.0.1: the status line, or the error.
+fn scrape(url: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://").split('/').next().unwrap().to_string();
+    let mut c = std::net::TcpStream::connect(&host).map_err(|e| e.to_string())?;
+    c.set_read_timeout(Some(ANSWER_BOUND)).unwrap();
+    write!(c, "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    c.read_to_string(&mut out).map_err(|e| e.to_string())?;
+    Ok(out.lines().next().unwrap_or("").to_string())
+}
+
+#[test]
+fn idle_sockets_of_one_address_never_lock_a_scraper_out_of_metrics() {
+    let (s, _, _) = serve_tcp_with_roles();
+    let url = s.metrics_url();
+    let host: std::net::SocketAddr = url.trim_start_matches("http://").split('/').next().unwrap().parse().unwrap();
+    rt().block_on(async {
+        // As many idle sockets as the listener takes, from one address.
+        let mut idle = Vec::new();
+        for _ in 0..rtcell_gateway::server::MAX_CONNECTIONS {
+            idle.push(tcp_from(loopback(2), host).await.expect("connects"));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let u = url.clone();
+        let got = tokio::task::spawn_blocking(move || scrape(&u)).await.unwrap();
+        assert!(got.as_deref().is_ok_and(|l| l.starts_with("HTTP/1.1 200")), "scrape beside idle sockets: {got:?}");
+        // The ones it kept are closed after the deadline for their request.
+        let t0 = Instant::now();
+        for mut s in idle {
+            let mut buf = [0u8; 64];
+            let left = PATIENCE.saturating_sub(t0.elapsed());
+            let r = tokio::time::timeout(left, s.read(&mut buf)).await;
+            assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "an idle /metrics socket still open after {PATIENCE:?}");
+        }
+    });
+}
+
+#[test]
+fn failed_authentications_are_audited_in_aggregate_and_close_their_connection() {
+    let (s, addr, _) = serve_tcp_with_roles();
+    let wrong = "wrong-0123456789abcdef0123456789";
+    rt().block_on(async {
+        let t0 = Instant::now();
+        let mut c = connect(&tcp(&addr, Some(wrong), None)).await.unwrap();
+        let tries = 200;
+        for _ in 0..tries {
+            let e = c.get_status(pb::GetStatusRequest {}).await.expect_err("a wrong token");
+            assert_ne!(e.code(), tonic::Code::Ok);
+        }
+        // One more after a second: its line carries the failures since the last.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let _ = c.get_status(pb::GetStatusRequest {}).await;
+        let secs = t0.elapsed().as_secs_f64();
+        let mut admin = admin_answered(&addr).await;
+        let text = metrics_of(&mut admin).await;
+        assert!(
+            closed(&text, "auth_failures") >= 1.0,
+            "no connection closed after {MAX_AUTH_FAILURES} failures: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let audit = std::fs::read_to_string(s.path("audit.log")).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = audit
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["action"] == "unauthenticated")
+            .collect();
+        assert!(lines.len() >= 2, "failed authentications not audited: {audit}");
+        // At most one line per address per second (the first at once): a bound from the test's own
+        // duration, whatever the machine's speed.
+        assert!(lines.len() as f64 <= secs.ceil() + 1.0, "{} lines in {secs:.1} s: {audit}", lines.len());
+        let counted: u64 = lines.iter().map(|v| v["what"]["count"].as_u64().unwrap_or(0)).sum();
+        assert!(counted > 1 && counted <= tries + 1, "{counted} failures audited of {}: {audit}", tries + 1);
+        for v in &lines {
+            assert_eq!(v["client"], "tcp 127.0.0.1", "{v}");
+        }
+    });
+}
+
+#[test]
+fn an_authenticated_connection_with_no_request_in_flight_is_closed_after_the_idle_timeout() {
+    use rtcell_gateway::conn::IDLE_TIMEOUT;
+    let (_s, addr, _) = serve_tcp_with_roles();
+    rt().block_on(async {
+        let viewer = tcp(&addr, Some(VIEWER_TOKEN), None);
+        // Authenticated once, then only HTTP/2 pings (the client's transport answers them).
+        let mut idle = connect_from(&viewer, loopback(2)).await.unwrap();
+        idle.get_status(pb::GetStatusRequest {}).await.expect("authenticated");
+        // A connection with a stream in flight is not idle.
+        let mut busy = connect_from(&viewer, loopback(3)).await.unwrap();
+        let mut stream = busy
+            .stream_stats(pb::StreamStatsRequest { rate_hz: 0.2, count: 0, buckets: false })
+            .await
+            .expect("stream opens")
+            .into_inner();
+        let reader = tokio::spawn(async move {
+            let mut n = 0;
+            while let Ok(Some(_)) = stream.message().await {
+                n += 1;
+            }
+            n
+        });
+        // Past the timeout, with a margin for a loaded machine.
+        tokio::time::sleep(IDLE_TIMEOUT + Duration::from_secs(8)).await;
+        let text = metrics_of(&mut admin_answered(&addr).await).await;
+        assert!(closed(&text, "idle") >= 1.0, "an idle authenticated connection still open: {text}");
+        assert!(!reader.is_finished(), "a connection with a stream in flight was closed as idle");
+        reader.abort();
+    });
+}
