@@ -12,17 +12,21 @@ use rtcell_shm::{Overflow, RegionView};
 use std::sync::atomic::AtomicBool;
 
 const MESSAGES: u64 = 200_000;
+/// Checks made while the producer and consumer run, at least: the producer keeps sending until the checker
+/// made them (under CPU contention the checker may not run at all while 200,000 messages go through).
+const MIN_CHECKS: u64 = 1_000;
 
 fn honest_run_never_fails_the_check(overflow: Overflow) {
     let words = ring_region(cfg(4096, 64, overflow));
     let region = RegionView::attach(&words).unwrap();
     let ring = region.ring("r").unwrap();
     let done = AtomicBool::new(false);
+    let checked = std::sync::atomic::AtomicU64::new(0);
     let checks = std::thread::scope(|s| {
         s.spawn(|| {
             let mut p = ring.producer();
             let mut seq = 0u64;
-            while seq < MESSAGES {
+            while seq < MESSAGES || checked.load(std::sync::atomic::Ordering::Relaxed) < MIN_CHECKS {
                 if p.try_send(&seq.to_le_bytes()).is_ok() {
                     seq += 1;
                 } else {
@@ -50,12 +54,13 @@ fn honest_run_never_fails_the_check(overflow: Overflow) {
                     panic!("an honest ring failed the check ({overflow:?}): {e}");
                 }
                 n += 1;
+                checked.store(n, std::sync::atomic::Ordering::Relaxed);
             }
             n
         });
         checker.join().unwrap()
     });
-    assert!(checks > 0);
+    assert!(checks >= MIN_CHECKS, "{checks} checks");
     ring.check_shared().unwrap();
     // A scribbled consumer head or producer tail is noticed.
     let all = region.channel_words(&region.find("r").unwrap());
