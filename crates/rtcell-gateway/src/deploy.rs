@@ -56,8 +56,15 @@ impl Deployer {
         self.cells.lock().map(|c| c.values().map(|d| d.stored_at.clone()).collect()).unwrap_or_default()
     }
 
-    /// Checks, stores and starts. `busy` lists the CPUs the run uses, and by what. Blocking (starts a VM).
-    pub fn deploy(&self, req: &pb::DeployPayloadRequest, busy: &[(usize, String)]) -> Result<pb::DeployedCell, Status> {
+    /// Checks, stores and starts. `busy` lists the CPUs the run uses, and by what; `in_use` the state
+    /// directory's files that running cells and runs still read (never removed to make room). Blocking
+    /// (starts a VM).
+    pub fn deploy(
+        &self,
+        req: &pb::DeployPayloadRequest,
+        busy: &[(usize, String)],
+        in_use: &[PathBuf],
+    ) -> Result<pb::DeployedCell, Status> {
         if req.elf.is_empty() {
             return Err(Status::invalid_argument("no payload: `elf` is empty"));
         }
@@ -119,7 +126,7 @@ impl Deployer {
         let dir = &self.state.payloads;
         let stored = dir.join(format!("{sha}.elf"));
         let tmp = dir.join(format!(".{sha}.{}.part", std::process::id()));
-        self.state.make_room(req.elf.len() as u64, &self.stored())?;
+        self.state.make_room(req.elf.len() as u64, in_use)?;
         write_private(&tmp, &req.elf).map_err(|e| Status::internal(format!("storing the payload: {e}")))?;
         let path_text = tmp.display().to_string();
         if let Err(e) = rtcell_kvm::payloads::validate(&path_text, rtcell_guest::abi::DEFAULT_RAM) {

@@ -352,7 +352,7 @@ impl GatewayApi for Service {
                 busy.extend(l.plan.cells.iter().map(|c| (c.cpu, format!("cell {:?} of the running scenario", c.name))));
                 busy.push((l.plan.master_cpu, "the running scenario's Linux-side tasks".to_string()));
             }
-            d.deploy(&r, &busy)
+            d.deploy(&r, &busy, &g.in_use())
         })
         .await
         .map_err(|e| Status::internal(format!("deploy task: {e}")))?;
