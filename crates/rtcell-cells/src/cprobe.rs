@@ -15,18 +15,8 @@ use rtcell_shm::mapping::SharedMemory;
 /// How long a trial may take (loading plus init).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Tries `library` against `scratch` (a region of the run's layout) in a child process.
-pub fn probe_c_task(
-    scratch: &SharedMemory,
-    library: &str,
-    init: Option<&str>,
-    step: &str,
-    com: &[String],
-) -> Result<(), String> {
-    probe_c_task_until(scratch, library, init, step, com, &|| false)
-}
-
-/// [`probe_c_task`] that gives up (the trial killed) as soon as `stop()` says so (Ctrl-C, SIGTERM).
+/// Tries `library` against `scratch` (a region of the run's layout) in a child process; gives up (the
+/// trial killed) as soon as `stop()` says so (Ctrl-C, SIGTERM).
 pub fn probe_c_task_until(
     scratch: &SharedMemory,
     library: &str,

@@ -28,7 +28,7 @@ use rtcell_shm::RegionView;
 use rtcell_shm::mapping::SharedMemory;
 
 pub use control::{CellState, ControlBlock};
-pub use cprobe::{c_probe_main, probe_c_task, probe_c_task_until};
+pub use cprobe::{c_probe_main, probe_c_task_until};
 pub use workload::{WorkloadEnd, WorkloadSpec};
 
 /// How a cell is isolated.

@@ -110,11 +110,6 @@ impl std::fmt::Debug for Tokens {
 }
 
 impl Tokens {
-    /// A single token with a role.
-    pub fn single(token: &str, role: Role) -> Tokens {
-        Tokens { entries: vec![(token.to_string(), role)] }
-    }
-
     /// The role of `given`, compared in time independent of where the strings differ.
     fn role_of(&self, given: &str) -> Option<Role> {
         let mut found = None;
@@ -124,14 +119,6 @@ impl Tokens {
             }
         }
         found
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 
@@ -275,10 +262,7 @@ impl Access {
             });
         }
         let tls_info = ext.get::<TlsConnectInfo<TcpConnectInfo>>();
-        let addr = tls_info
-            .and_then(|i| i.get_ref().remote_addr())
-            .or_else(|| ext.get::<TcpConnectInfo>().and_then(|i| i.remote_addr()));
-        let addr = addr.map_or_else(|| "?".into(), |a| a.to_string());
+        let addr = crate::conn::peer_of(ext).map_or_else(|| "?".into(), |a| a.to_string());
         let mut ids = Vec::new();
         let mut keys = Vec::new();
         let mut role = Role::Admin;

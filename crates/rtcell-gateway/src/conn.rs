@@ -11,7 +11,7 @@
 //!
 //! The guard wraps the accepted socket *below* TLS, so a TLS handshake that never ends runs into the
 //! same deadline as a connection that never sends a byte. A connection is admitted when its first
-//! request has passed authentication (the [`Conns::admitter`] interceptor runs after the token check;
+//! request has passed authentication ([`Conns::admit`], called by `access::Authorized` once the caller is identified;
 //! on mutual TLS the handshake checked the certificate; on the Unix socket the socket's mode did).
 
 use std::collections::{HashMap, VecDeque};
@@ -172,7 +172,7 @@ pub struct UnixConn {
 
 /// The connections of one listener.
 pub struct Conns {
-    /// Open TCP connections by peer address (ip, port): how the admitter finds a request's connection.
+    /// Open TCP connections by peer address (ip, port): how `admit` finds a request's connection.
     by_peer: Mutex<HashMap<SocketAddr, Conn>>,
     per_ip: Arc<Shares<IpAddr>>,
     per_identity: Arc<Shares<String>>,
@@ -242,6 +242,10 @@ impl Conns {
 
     /// No longer among the unauthenticated connections (admitted, or gone).
     fn leave_pending(&self, ip: IpAddr, conn: &Conn) {
+        // Every request of an admitted connection comes here: no listener-wide lock for those.
+        if !conn.0.pending.load(Ordering::Acquire) {
+            return;
+        }
         let Ok(mut p) = self.pending.lock() else { return };
         if !conn.0.pending.swap(false, Ordering::AcqRel) {
             return;
@@ -356,7 +360,7 @@ impl Conns {
 }
 
 /// The peer address of a TCP request (with or without TLS).
-fn peer_of(ext: &http::Extensions) -> Option<SocketAddr> {
+pub(crate) fn peer_of(ext: &http::Extensions) -> Option<SocketAddr> {
     ext.get::<TcpConnectInfo>().and_then(|i| i.remote_addr()).or_else(|| {
         ext.get::<tonic::transport::server::TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.get_ref().remote_addr())
     })

@@ -16,10 +16,6 @@ impl<K: Hash + Eq + Clone> Shares<K> {
         Arc::new(Shares { max, held: Mutex::new(HashMap::new()) })
     }
 
-    pub fn max(&self) -> usize {
-        self.max
-    }
-
     /// One more for `key`, given back when the [`Share`] is dropped; `None` if `key` holds the most.
     pub fn take(self: &Arc<Self>, key: K) -> Option<Share<K>> {
         let mut m = self.held.lock().ok()?;

@@ -13,7 +13,6 @@ pub const STATE_BUDGET_BYTES: u64 = 64 << 20;
 
 /// The state directory and its budget.
 pub struct StateDir {
-    pub root: PathBuf,
     pub scenarios: PathBuf,
     pub payloads: PathBuf,
     budget: u64,
@@ -31,7 +30,7 @@ impl StateDir {
         let payloads = root.join("payloads");
         crate::listen::private_dir(&scenarios)?;
         crate::listen::private_dir(&payloads)?;
-        Ok(StateDir { root: root.to_owned(), scenarios, payloads, budget })
+        Ok(StateDir { scenarios, payloads, budget })
     }
 
     /// The files kept now, oldest first: (path, bytes, modified).
@@ -49,11 +48,6 @@ impl StateDir {
         }
         v.sort_by_key(|(_, _, t)| *t);
         v
-    }
-
-    /// Bytes kept now.
-    pub fn used(&self) -> u64 {
-        self.items().iter().map(|(_, n, _)| n).sum()
     }
 
     /// Makes room for `incoming` more bytes: removes the oldest items not in `in_use` (finished runs'
