@@ -39,11 +39,17 @@ pub const MEMORY_BUDGET_BYTES: u64 = 256 << 20;
 
 /// The resident set of this process, bytes (`/proc/self/statm`); 0 if unknown.
 pub fn resident_bytes() -> u64 {
-    let Ok(text) = std::fs::read_to_string("/proc/self/statm") else { return 0 };
-    let pages = text.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    resident_bytes_of(None).unwrap_or(0)
+}
+
+/// The resident set of process `pid` (this one for `None`), bytes, from `/proc/PID/statm`.
+pub fn resident_bytes_of(pid: Option<u32>) -> Option<u64> {
+    let proc = pid.map_or_else(|| "self".to_string(), |p| p.to_string());
+    let text = std::fs::read_to_string(format!("/proc/{proc}/statm")).ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
     // SAFETY: sysconf only returns a value.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    pages.saturating_mul(u64::try_from(page).unwrap_or(4096))
+    Some(pages.saturating_mul(u64::try_from(page).ok().filter(|p| *p > 0)?))
 }
 
 /// The gateway's own limits as one scrape shows them.

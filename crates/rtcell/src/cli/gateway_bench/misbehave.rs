@@ -55,6 +55,7 @@ impl Default for Hostile {
 }
 
 /// Whom they attack and with what.
+#[derive(Clone)]
 pub struct Target {
     pub addr: SocketAddr,
     /// The right token (for the requests refused for what they ask, not for who asks).
@@ -120,7 +121,7 @@ pub async fn misbehave(h: &Hostile, target: &Target, end: Instant, t: Arc<Tally>
         tasks.spawn(unread_streams(h.clone(), target.addr, target.token.clone(), end, Arc::clone(&t)));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    tasks.spawn(refused(h.refused_per_s, target_clone(target), end, Arc::clone(&t)));
+    tasks.spawn(refused(h.refused_per_s, target.clone(), end, Arc::clone(&t)));
     for _ in 0..h.idle_sockets {
         tasks.spawn(idle_socket(target.addr, end, Arc::clone(&t)));
     }
@@ -128,10 +129,6 @@ pub async fn misbehave(h: &Hostile, target: &Target, end: Instant, t: Arc<Tally>
         r.map_err(|e| format!("misbehaving client: {e}"))?;
     }
     Ok(())
-}
-
-fn target_clone(t: &Target) -> Target {
-    Target { addr: t.addr, token: t.token.clone(), signal: t.signal.clone(), out_of_range: t.out_of_range }
 }
 
 /// One place among the idle sockets, kept filled until `end`.

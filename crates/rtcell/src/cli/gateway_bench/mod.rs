@@ -216,7 +216,7 @@ fn new_token() -> Result<String, String> {
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
         .map_err(|e| format!("/dev/urandom: {e}"))?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    Ok(rtcell_gateway::security::hex(&b))
 }
 
 /// Writes `text` to a new file only its owner may read.

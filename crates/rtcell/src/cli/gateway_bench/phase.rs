@@ -112,9 +112,5 @@ impl Probe {
 
 /// Resident memory of process `pid` (bytes), from /proc/PID/statm.
 pub fn rss_bytes(pid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf only reads a system constant.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page).ok().filter(|p| *p > 0)?)
+    rtcell_gateway::metrics::resident_bytes_of(Some(pid))
 }
