@@ -267,24 +267,9 @@ fn tcp_with_mutual_tls_admits_only_clients_of_its_ca() {
     let dir = tempfile::tempdir().unwrap();
     let good = pki(dir.path(), "good");
     let other = pki(dir.path(), "other");
-    let p = |x: &PathBuf| x.display().to_string();
-    let s = serve(&[
-        "--listen",
-        "tcp://127.0.0.1:0",
-        "--tls-cert",
-        &p(&good.server.0),
-        "--tls-key",
-        &p(&good.server.1),
-        "--tls-client-ca",
-        &p(&good.ca),
-    ]);
+    let s = good.serve(&[]);
     let addr = s.grpc("tcp://");
-    let tls = |pk: &Pki| rtcell_gateway::client::ClientTls {
-        ca: good.ca.clone(),
-        cert: pk.client.0.clone(),
-        key: pk.client.1.clone(),
-        domain: Some("localhost".into()),
-    };
+    let tls = |pk: &Pki| pk.client_tls(&good.ca);
     rt().block_on(async {
         let mut c = connect(&tcp(&addr, None, Some(tls(&good)))).await.expect("a client of the CA connects");
         c.get_status(pb::GetStatusRequest {}).await.expect("and is answered");

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use gw::*;
-use rtcell_gateway::client::{ClientTls, connect};
+use rtcell_gateway::client::connect;
 use rtcell_gateway::pb;
 use tonic::Code;
 
@@ -200,24 +200,9 @@ fn roles_from_tokens_and_certificates_refuse_calls_above_them() {
 fn a_client_certificate_carries_its_role() {
     let dir = tempfile::tempdir().unwrap();
     let op = pki_with_role(dir.path(), "op", Some("operator"));
-    let p = |x: &std::path::PathBuf| x.display().to_string();
-    let s = serve(&[
-        "--listen",
-        "tcp://127.0.0.1:0",
-        "--tls-cert",
-        &p(&op.server.0),
-        "--tls-key",
-        &p(&op.server.1),
-        "--tls-client-ca",
-        &p(&op.ca),
-    ]);
+    let s = op.serve(&[]);
     let addr = s.grpc("tcp://");
-    let tls = ClientTls {
-        ca: op.ca.clone(),
-        cert: op.client.0.clone(),
-        key: op.client.1.clone(),
-        domain: Some("localhost".into()),
-    };
+    let tls = op.client_tls(&op.ca);
     rt().block_on(async {
         let mut c = connect(&tcp(&addr, None, Some(tls))).await.unwrap();
         assert_eq!(write(&mut c, "op.limit", vec![f64v(1.0)]).await.unwrap_err().code(), Code::NotFound);
@@ -235,27 +220,10 @@ fn the_rate_limit_counts_per_identity_across_connections_and_processes() {
     let _g = common::serial();
     let dir = tempfile::tempdir().unwrap();
     let op = pki_with_role(dir.path(), "rl", Some("operator"));
-    let p = |x: &std::path::PathBuf| x.display().to_string();
     // One write per 10 s, bursts of 1: whatever the test's pace, at most 2 pass.
-    let s = serve(&[
-        "--write-rate",
-        "0.1",
-        "--listen",
-        "tcp://127.0.0.1:0",
-        "--tls-cert",
-        &p(&op.server.0),
-        "--tls-key",
-        &p(&op.server.1),
-        "--tls-client-ca",
-        &p(&op.ca),
-    ]);
+    let s = op.serve(&["--write-rate", "0.1"]);
     let addr = s.grpc("tcp://");
-    let tls = ClientTls {
-        ca: op.ca.clone(),
-        cert: op.client.0.clone(),
-        key: op.client.1.clone(),
-        domain: Some("localhost".into()),
-    };
+    let tls = op.client_tls(&op.ca);
     let passed = rt().block_on(async {
         // A run whose signals take the writes (started over the Unix socket: another identity).
         let mut admin = connect(&unix(&s.grpc("unix:"))).await.unwrap();

@@ -8,10 +8,9 @@ mod common;
 mod gw;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rtcell_gateway::client::{Client, ClientTls, Connect, connect};
+use rtcell_gateway::client::{Client, Connect, connect};
 use rtcell_gateway::conn::MAX_CONNECTIONS_PER_ADDRESS;
 use rtcell_gateway::listen::Addr;
 use rtcell_gateway::pb;
@@ -111,21 +110,11 @@ fn idle_tcp_peers_never_lock_a_client_with_a_token_out_and_are_closed_after_the_
 #[test]
 fn half_finished_tls_handshakes_never_lock_a_client_of_the_ca_out_and_are_closed_after_the_deadline() {
     let dir = private_dir();
-    let gw::Pki { ca, server, client: cl } = gw::pki(dir.path(), "limits");
-    let p = |x: &PathBuf| x.display().to_string();
-    let s = serve(&[
-        "--listen",
-        "tcp://127.0.0.1:0",
-        "--tls-cert",
-        &p(&server.0),
-        "--tls-key",
-        &p(&server.1),
-        "--tls-client-ca",
-        &p(&ca),
-    ]);
+    let pki = gw::pki(dir.path(), "limits");
+    let s = pki.serve(&[]);
     let addr = s.grpc("tcp://");
     let Addr::Tcp(sa) = addr else { unreachable!() };
-    let tls = ClientTls { ca: ca.clone(), cert: cl.0.clone(), key: cl.1.clone(), domain: Some("localhost".into()) };
+    let tls = pki.client_tls(&pki.ca);
     rt().block_on(async {
         let idle = idle_tcp(sa, MAX_CONNECTIONS, &[HALF_HELLO, b""]).await;
         tokio::time::sleep(Duration::from_millis(300)).await;

@@ -242,6 +242,29 @@ pub struct Pki {
     pub client: (PathBuf, PathBuf),
 }
 
+impl Pki {
+    /// `rtcell serve` (as [`serve`]) with a TCP listener on a free loopback port that admits clients of
+    /// this CA (mutual TLS), and `extra` options.
+    pub fn serve(&self, extra: &[&str]) -> Served {
+        let p = |x: &PathBuf| x.display().to_string();
+        let (cert, key, ca) = (p(&self.server.0), p(&self.server.1), p(&self.ca));
+        let mut args =
+            vec!["--listen", "tcp://127.0.0.1:0", "--tls-cert", &cert, "--tls-key", &key, "--tls-client-ca", &ca];
+        args.extend_from_slice(extra);
+        serve(&args)
+    }
+
+    /// This PKI's client certificate, for a server whose certificate `ca` signed.
+    pub fn client_tls(&self, ca: &Path) -> rtcell_gateway::client::ClientTls {
+        rtcell_gateway::client::ClientTls {
+            ca: ca.to_path_buf(),
+            cert: self.client.0.clone(),
+            key: self.client.1.clone(),
+            domain: Some("localhost".into()),
+        }
+    }
+}
+
 pub fn pki(dir: &Path, tag: &str) -> Pki {
     pki_with_role(dir, tag, None)
 }
