@@ -595,7 +595,7 @@ impl Validator<'_> {
             // A payload names the rings it uses in its args (`rx=NAME`, `tx=NAME`, one a line): the same
             // endpoints as a task's recv and send.
             if let CellRole::Payload { args, .. } = &c.role {
-                for (key, ch) in args.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim(), v.trim())) {
+                for (key, ch) in payload_args::arg_pairs(args) {
                     let list = match key {
                         "rx" => &mut consumers,
                         "tx" => &mut producers,

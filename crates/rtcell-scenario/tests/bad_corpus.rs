@@ -339,3 +339,13 @@ fn a_spin_payload_without_its_channels_is_refused_at_validation() {
         "{got}"
     );
 }
+
+/// A payload reads its args as `key=value` lines, nothing trimmed (rtcell-guest `BootInfo::arg`): a line
+/// ` hist = h` is no `hist` to it, so validation must not count it as one.
+#[test]
+fn payload_args_are_read_as_the_payload_reads_them() {
+    let text = "duration_s = 1\n[channels.h]\ncapacity = 16\nframe_bytes = 64\n[cells.k]\nkind = \"kvm\"\ncpu = 1\n\
+                payload = \"spin\"\nargs = \" hist = h\"\nwrites = [\"h\"]\n";
+    let got = rtcell_scenario::validate_text(text, Path::new("gen.toml"), &host()).unwrap_err().to_string();
+    assert!(got.contains("payload \"spin\" needs hist=<channel> or log=<channel>"), "{got}");
+}
