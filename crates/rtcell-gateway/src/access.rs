@@ -351,13 +351,12 @@ where
         let refused = match self.access.identify(self.on, req.headers(), req.extensions()) {
             Err(status) => {
                 // Counted per connection (closed after a few) and per address, audited in aggregate.
-                if let Some((ip, count)) = self.conns.auth_failed(req.extensions()) {
-                    self.gateway.audit.log(
-                        &format!("tcp {ip}"),
-                        "unauthenticated",
-                        serde_json::json!({ "count": count, "method": method }),
-                        &Err(status.clone()),
-                    );
+                if let Some(line) = self.conns.auth_failed(req.extensions()) {
+                    let mut what = serde_json::json!({ "count": line.count, "method": method });
+                    if line.other_addresses > 0 {
+                        what["other_addresses"] = line.other_addresses.into();
+                    }
+                    self.gateway.audit.log(&format!("tcp {}", line.ip), "unauthenticated", what, &Err(status.clone()));
                 }
                 status
             }

@@ -4,10 +4,11 @@
 //! client that stopped reading its streams).
 //!
 //! TCP only (the Unix socket's peers are the server's own user): connections not yet authenticated
-//! hold at most [`MAX_PREAUTH`] of the listener's places, so authenticated clients always have the
-//! other half; when those are taken a new connection takes the place of the oldest unauthenticated one
-//! of the address holding the most (so addresses that hold many cannot keep out one that holds few),
-//! or is closed at once if its own address holds as many as any.
+//! ("pending"; on the `/metrics` listener, which authenticates nobody, those not yet answered once, see
+//! [`Conns::answered`]) hold at most [`MAX_PREAUTH`] of the listener's places, so authenticated clients
+//! always have the other half; when those are taken a new connection takes the place of the oldest
+//! unauthenticated one of the address holding the most (so addresses that hold many cannot keep out one
+//! that holds few), or is closed at once if its own address holds as many as any.
 //!
 //! The guard wraps the accepted socket *below* TLS, so a TLS handshake that never ends runs into the
 //! same deadline as a connection that never sends a byte. A connection is admitted when its first
@@ -44,6 +45,67 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_AUTH_FAILURES: u32 = 8;
 /// At most one audit line about failed authentications per address in this time.
 pub const AUTH_FAILURE_AUDIT_EVERY: Duration = Duration::from_secs(1);
+/// At most this many audit lines about failed authentications per [`AUTH_FAILURE_AUDIT_EVERY`], all
+/// addresses together; an address over it keeps its count for its next line.
+pub const MAX_AUTH_AUDIT_LINES: u32 = 16;
+/// Addresses whose failed authentications are counted apart; beyond it the addresses without a recent
+/// line are forgotten and their failures carried, unattributed, to the next line.
+const MAX_FAILING_ADDRESSES: usize = 4096;
+
+/// Failed authentications not yet audited.
+#[derive(Default)]
+struct Failures {
+    /// Address → (failures since its last line, time of that line).
+    by_ip: HashMap<IpAddr, (u64, Option<Instant>)>,
+    /// Start of the current window of [`MAX_AUTH_AUDIT_LINES`], and the lines written in it.
+    window: Option<(Instant, u32)>,
+    /// Failures of forgotten addresses, for the next line.
+    unattributed: u64,
+}
+
+impl Failures {
+    /// One failed authentication from `ip` at `now`: the audit line, if one is due.
+    fn record(&mut self, ip: IpAddr, now: Instant) -> Option<FailureLine> {
+        let recent = |at: &Option<Instant>| at.is_some_and(|t| now.duration_since(t) < AUTH_FAILURE_AUDIT_EVERY);
+        if self.by_ip.len() >= MAX_FAILING_ADDRESSES && !self.by_ip.contains_key(&ip) {
+            // Many addresses: forget those without a recent line, their failures carried unattributed.
+            let mut carried = 0;
+            self.by_ip.retain(|_, (n, at)| {
+                let keep = recent(at);
+                if !keep {
+                    carried += *n;
+                }
+                keep
+            });
+            self.unattributed += carried;
+        }
+        let (n, at) = self.by_ip.entry(ip).or_insert((0, None));
+        *n += 1;
+        if recent(at) {
+            return None;
+        }
+        let lines = match &mut self.window {
+            Some((start, lines)) if now.duration_since(*start) < AUTH_FAILURE_AUDIT_EVERY => lines,
+            w => &mut w.insert((now, 0)).1,
+        };
+        if *lines >= MAX_AUTH_AUDIT_LINES {
+            return None;
+        }
+        *lines += 1;
+        *at = Some(now);
+        Some(FailureLine { ip, count: std::mem::take(n), other_addresses: std::mem::take(&mut self.unattributed) })
+    }
+}
+
+/// An audit line about failed authentications that is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureLine {
+    pub ip: IpAddr,
+    /// Failures from `ip` since its last line.
+    pub count: u64,
+    /// Failures of addresses forgotten since the last line (more than 4096 failing at once).
+    pub other_addresses: u64,
+}
 /// A connection refused after a request is closed this long after it, so that the refusal reaches
 /// the client first.
 const CLOSE_AFTER_REFUSAL: Duration = Duration::from_millis(500);
@@ -178,7 +240,7 @@ pub struct Conns {
     per_identity: Arc<Shares<String>>,
     pending: Mutex<Pending>,
     /// Failed authentications per address not yet in the audit log, and when the last line was written.
-    failed: Mutex<HashMap<IpAddr, (u64, Option<Instant>)>>,
+    failed: Mutex<Failures>,
     pub closed: Arc<ClosedCounters>,
 }
 
@@ -200,11 +262,6 @@ impl Conns {
             failed: Mutex::default(),
             closed,
         })
-    }
-
-    /// The connections per address of the `/metrics` listener: the same cap as the gRPC listeners'.
-    pub fn per_address() -> Arc<Shares<IpAddr>> {
-        Shares::new(MAX_CONNECTIONS_PER_ADDRESS)
     }
 
     /// Counts `conn` among the unauthenticated connections of `ip`: in a free place, or in the place of
@@ -293,6 +350,13 @@ impl Conns {
         })
     }
 
+    /// A request on `conn` from `peer` was answered on a listener that authenticates nobody (`/metrics`):
+    /// the connection is no longer pending, as a gRPC connection is once admitted.
+    pub fn answered(&self, peer: SocketAddr, conn: &Conn) {
+        self.leave_pending(peer.ip(), conn);
+        conn.admit();
+    }
+
     /// The connection a request came on.
     pub fn conn_of(&self, ext: &http::Extensions) -> Option<Conn> {
         match ext.get::<UnixConn>() {
@@ -302,10 +366,10 @@ impl Conns {
     }
 
     /// A request failed authentication: counted on its connection (closed after
-    /// [`MAX_AUTH_FAILURES`]) and for its address. Returns `(address, failures)` when an audit line
-    /// is due: at most one per address per [`AUTH_FAILURE_AUDIT_EVERY`], with the failures since the
-    /// last one.
-    pub fn auth_failed(&self, ext: &http::Extensions) -> Option<(IpAddr, u64)> {
+    /// [`MAX_AUTH_FAILURES`]) and for its address. Returns the audit line when one is due: at most one
+    /// per address per [`AUTH_FAILURE_AUDIT_EVERY`], and [`MAX_AUTH_AUDIT_LINES`] in all, each with the
+    /// failures since the address's last line (none is lost, only carried to a later line).
+    pub fn auth_failed(&self, ext: &http::Extensions) -> Option<FailureLine> {
         if let Some(c) = self.conn_of(ext)
             && c.0.failures.fetch_add(1, Ordering::AcqRel) + 1 == MAX_AUTH_FAILURES
         {
@@ -313,19 +377,7 @@ impl Conns {
             c.close_soon();
         }
         let ip = peer_of(ext)?.ip();
-        let now = Instant::now();
-        let mut m = self.failed.lock().ok()?;
-        if m.len() >= 4096 {
-            // Many addresses: forget those whose last line is old (their count starts again).
-            m.retain(|_, (_, at)| at.is_some_and(|t| now.duration_since(t) < AUTH_FAILURE_AUDIT_EVERY));
-        }
-        let (n, at) = m.entry(ip).or_insert((0, None));
-        *n += 1;
-        if at.is_some_and(|t| now.duration_since(t) < AUTH_FAILURE_AUDIT_EVERY) {
-            return None;
-        }
-        *at = Some(now);
-        Some((ip, std::mem::take(n)))
+        self.failed.lock().ok()?.record(ip, Instant::now())
     }
 
     /// Admits the connection a request came on (call it once the request has passed authentication)
@@ -402,6 +454,11 @@ pub struct Guarded<S> {
 }
 
 impl<S> Guarded<S> {
+    /// The guarded connection.
+    pub fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
     /// `Some(error)` when the connection must end now: closed by the gateway, or not admitted in time.
     fn check(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
         if let Ok(mut w) = self.conn.0.waker.lock() {
@@ -492,5 +549,56 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(n: u32) -> IpAddr {
+        IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n))
+    }
+
+    #[test]
+    fn failure_lines_are_capped_per_address_and_in_all_and_lose_no_failure() {
+        let mut f = Failures::default();
+        let t0 = Instant::now();
+        let mut lines = Vec::new();
+        // 100 addresses failing 3 times each within the window: 16 lines, the first failure of each.
+        for k in 0..3 {
+            for a in 0..100 {
+                lines.extend(f.record(ip(a), t0 + Duration::from_millis(k)));
+            }
+        }
+        assert_eq!(lines.len(), MAX_AUTH_AUDIT_LINES as usize);
+        assert!(lines.iter().all(|l| l.count == 1 && l.other_addresses == 0), "{lines:?}");
+        // A window later: every address has its line again, carrying what it was not audited for.
+        let later = t0 + AUTH_FAILURE_AUDIT_EVERY * 2;
+        let mut total: u64 = lines.iter().map(|l| l.count).sum();
+        for w in 0..8 {
+            for a in 0..100 {
+                if let Some(l) = f.record(ip(a), later + AUTH_FAILURE_AUDIT_EVERY * w) {
+                    total += l.count;
+                }
+            }
+        }
+        let pending: u64 = f.by_ip.values().map(|(n, _)| n).sum();
+        assert_eq!(total + pending, 300 + 800, "every failure is in a line or still counted");
+    }
+
+    #[test]
+    fn failures_of_forgotten_addresses_reach_the_next_line() {
+        let mut f = Failures::default();
+        let t0 = Instant::now();
+        for a in 0..MAX_FAILING_ADDRESSES as u32 {
+            f.record(ip(a), t0);
+        }
+        let audited = MAX_AUTH_AUDIT_LINES as u64;
+        let later = t0 + AUTH_FAILURE_AUDIT_EVERY * 2;
+        let line = f.record(ip(1 << 20), later).expect("a line is due");
+        assert_eq!(line.count, 1);
+        assert_eq!(line.other_addresses, MAX_FAILING_ADDRESSES as u64 - audited, "{line:?}");
+        assert_eq!(f.by_ip.len(), 1);
     }
 }

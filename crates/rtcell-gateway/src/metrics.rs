@@ -27,8 +27,10 @@ pub struct GatewayCounters {
     /// (signal, result) → writes.
     pub writes: Mutex<BTreeMap<(String, String), u64>>,
     pub deploys: AtomicU64,
-    /// Connections closed by the gateway, by reason (all listeners).
+    /// Connections closed by the gateway's gRPC listeners, by reason.
     pub closed: std::sync::Arc<crate::conn::ClosedCounters>,
+    /// Connections closed by the `/metrics` listener, by reason.
+    pub metrics_closed: std::sync::Arc<crate::conn::ClosedCounters>,
     /// Statistics streams: open, dropped samples, ended.
     pub streams: crate::streams::StreamCounters,
 }
@@ -56,8 +58,8 @@ pub fn resident_bytes_of(pid: Option<u32>) -> Option<u64> {
 #[derive(Debug, Default)]
 pub struct Limits {
     pub resident_bytes: u64,
-    /// (reason, connections closed).
-    pub closed: Vec<(&'static str, u64)>,
+    /// (listener: `grpc` or `metrics`, reason, connections closed).
+    pub closed: Vec<(&'static str, &'static str, u64)>,
     pub streams_open: u64,
     pub dropped_samples: u64,
     pub streams_ended_stalled: u64,
@@ -70,7 +72,10 @@ impl GatewayCounters {
         let s = &self.streams;
         Limits {
             resident_bytes: resident_bytes(),
-            closed: self.closed.rows(),
+            closed: [("grpc", &self.closed), ("metrics", &self.metrics_closed)]
+                .into_iter()
+                .flat_map(|(l, c)| c.rows().into_iter().map(move |(r, n)| (l, r, n)))
+                .collect(),
             streams_open: s.open(),
             dropped_samples: s.dropped_samples.load(std::sync::atomic::Ordering::Relaxed),
             streams_ended_stalled: s.ended_stalled.load(std::sync::atomic::Ordering::Relaxed),
@@ -171,6 +176,12 @@ struct WriteLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClosedLabels {
+    listener: String,
     reason: String,
 }
 
@@ -392,12 +403,12 @@ fn encode_limits(enc: &mut DescriptorEncoder, l: &Limits) -> std::fmt::Result {
     counter(
         enc,
         "rtcell_gateway_connections_closed",
-        "Connections the gateway closed, by reason: listener_full, address_full and preauth_full at accept, \
-         preauth_evicted (unauthenticated, its place given to an address holding fewer), no_request (no \
-         authenticated request within the deadline), identity_full (its identity's most connections), idle \
+        "Connections the gateway closed, by listener (grpc, metrics) and reason: listener_full, address_full and preauth_full at accept, \
+         preauth_evicted (unauthenticated, or on metrics not yet answered, its place given to an address \
+         holding fewer), no_request (no authenticated request, or on metrics no request, within the deadline), identity_full (its identity's most connections), idle \
          (no request in flight for the idle timeout), auth_failures (too many failed authentications), \
          stalled_stream (a stream its client did not read).",
-        l.closed.iter().map(|(r, n)| (ReasonLabels { reason: (*r).to_string() }, *n)),
+        l.closed.iter().map(|(l, r, n)| (ClosedLabels { listener: (*l).to_string(), reason: (*r).to_string() }, *n)),
     )?;
     let bytes = Some(&Unit::Bytes);
     single(

@@ -2,7 +2,10 @@
 //! The same limits as the gRPC listeners: [`MAX_CONNECTIONS`](crate::server::MAX_CONNECTIONS) open,
 //! [`MAX_CONNECTIONS_PER_ADDRESS`](crate::conn::MAX_CONNECTIONS_PER_ADDRESS) per address, and a
 //! request's headers within [`AUTH_DEADLINE`](crate::conn::AUTH_DEADLINE) of accept or of the previous
-//! answer.
+//! answer. Connections not yet answered once are "pending": they hold at most
+//! [`MAX_PREAUTH`](crate::conn::MAX_PREAUTH) places, and when those are taken a new connection takes
+//! the place of the oldest pending one of the address holding the most, as on the gRPC listeners
+//! (the same [`Conns`]). Closed connections are counted apart from the gRPC listeners'.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,6 +16,7 @@ use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
+use crate::conn::Conns;
 use crate::service::Gateway;
 
 /// The content type of the text exposition format 0.0.4.
@@ -20,7 +24,9 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub async fn serve(l: tokio::net::TcpListener, gateway: Arc<Gateway>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let open = Arc::new(tokio::sync::Semaphore::new(crate::server::MAX_CONNECTIONS));
-    let per_address = crate::conn::Conns::per_address();
+    // The gRPC listeners' guard: the per-address cap, the deadline, and the pending connections' share
+    // of the listener with the eviction of the oldest of the address holding the most.
+    let conns = Conns::new(Arc::clone(&gateway.counters.metrics_closed));
     loop {
         let (io, peer) = tokio::select! {
             r = l.accept() => match r {
@@ -37,27 +43,33 @@ pub async fn serve(l: tokio::net::TcpListener, gateway: Arc<Gateway>, mut stop: 
                 continue;
             }
         };
-        let closed = &gateway.counters.closed;
         let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
             gateway.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
-            closed.listener_full.fetch_add(1, Ordering::Relaxed);
+            conns.closed.listener_full.fetch_add(1, Ordering::Relaxed);
             continue;
         };
-        let Some(share) = per_address.take(peer.ip()) else {
+        let Some(guarded) = conns.guard(io, Some(peer), permit) else {
             gateway.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
-            closed.address_full.fetch_add(1, Ordering::Relaxed);
             continue;
         };
         let g = Arc::clone(&gateway);
+        let cs = Arc::clone(&conns);
+        let conn = guarded.conn();
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| answer(Arc::clone(&g), req));
-            let conn = hyper::server::conn::http1::Builder::new()
+            let svc = hyper::service::service_fn(move |req| {
+                let (g, cs, conn) = (Arc::clone(&g), Arc::clone(&cs), conn.clone());
+                async move {
+                    let r = answer(g, req).await;
+                    cs.answered(peer, &conn);
+                    r
+                }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .max_buf_size(16 * 1024)
                 .header_read_timeout(crate::conn::AUTH_DEADLINE)
-                .serve_connection(TokioIo::new(io), svc);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(60), conn).await;
-            drop((permit, share));
+                .serve_connection(TokioIo::new(guarded), svc);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(60), served).await;
         });
     }
 }

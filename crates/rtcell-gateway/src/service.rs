@@ -206,9 +206,9 @@ impl GatewayApi for Service {
         if let Some(slot) = g.current() {
             st.run = Some(snapshot::run_info(&slot));
             if let Some(live) = slot.live() {
-                let region = live.region().ok();
+                let region = live.region();
                 st.cells = snapshot::cell_states(live);
-                st.tasks = snapshot::task_infos(&live.plan, region.as_ref());
+                st.tasks = snapshot::task_infos(&live.plan, &region);
                 st.signals = live.plan.signals.iter().map(snapshot::signal_info).collect();
             }
         }
@@ -239,7 +239,7 @@ impl GatewayApi for Service {
                 if known.is_empty() { "none".into() } else { known.join(", ") }
             ))
         })?;
-        let region = live.region().map_err(Status::internal)?;
+        let region = live.region();
         let view = region.signal(&sig.name).map_err(|e| Status::internal(format!("signal {name:?}: {e}")))?;
         let mut values = vec![0.0; sig.values as usize];
         // Busy: the writer was preempted mid-update on every retry of the read; give it a moment and

@@ -81,9 +81,7 @@ pub fn stats(slot: &RunSlot, buckets: bool) -> pb::Stats {
     s.elapsed_s = elapsed_s(live);
     s.finished = live.finished();
     s.cells = cell_states(live);
-    let Ok(region) = live.region() else {
-        return s;
-    };
+    let region = live.region();
     for t in &live.plan.tasks {
         let n = &t.spec.name;
         let c = read_counters(&region, n).unwrap_or_default();
@@ -120,7 +118,7 @@ pub fn signal_info(s: &PlanSignal) -> pb::SignalInfo {
     }
 }
 
-pub fn task_infos(plan: &Plan, region: Option<&RegionView<'_>>) -> Vec<pb::TaskInfo> {
+pub fn task_infos(plan: &Plan, region: &RegionView<'_>) -> Vec<pb::TaskInfo> {
     plan.tasks
         .iter()
         .map(|t| {
@@ -130,10 +128,7 @@ pub fn task_infos(plan: &Plan, region: Option<&RegionView<'_>>) -> Vec<pb::TaskI
                 .iter()
                 .find(|c| Some(&c.name) == t.cell.as_ref())
                 .map_or("linux".into(), |c| c.kind.to_string());
-            let state = region
-                .and_then(|r| read_counters(r, &t.spec.name).ok())
-                .and_then(|c| c.state)
-                .map_or("?", |s| s.as_str());
+            let state = read_counters(region, &t.spec.name).ok().and_then(|c| c.state).map_or("?", |s| s.as_str());
             pb::TaskInfo {
                 name: t.spec.name.clone(),
                 cell,

@@ -102,7 +102,7 @@ pub async fn write_and_confirm(
             sig.name
         )));
     }
-    let region = live.region().map_err(Status::internal)?;
+    let region = live.region();
     let view = region.signal(&sig.name).map_err(|e| Status::internal(format!("signal {:?}: {e}", sig.name)))?;
     let ack_n = ack_name(&sig.name);
     let ack = region.signal(&ack_n).map_err(|e| Status::internal(format!("signal {ack_n:?}: {e}")))?;

@@ -97,7 +97,7 @@ fn idle_tcp_peers_never_lock_a_client_with_a_token_out_and_are_closed_after_the_
         all_closed_by_the_gateway(idle).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         let text = metrics_of(&mut c).await;
-        let closed = |r: &str| metric(&text, &format!("rtcell_gateway_connections_closed_total{{reason=\"{r}\"}}"));
+        let closed = |r: &str| Some(gw::closed(&text, r));
         // The peer's connections beyond its cap were closed at once; those it kept, at the deadline.
         let kept = MAX_CONNECTIONS_PER_ADDRESS as f64;
         assert_eq!(closed("address_full"), Some(MAX_CONNECTIONS as f64 - kept), "{text}");
@@ -122,7 +122,7 @@ fn half_finished_tls_handshakes_never_lock_a_client_of_the_ca_out_and_are_closed
         all_closed_by_the_gateway(idle).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         let text = metrics_of(&mut c).await;
-        let series = "rtcell_gateway_connections_closed_total{reason=\"no_request\"}";
+        let series = "rtcell_gateway_connections_closed_total{listener=\"grpc\",reason=\"no_request\"}";
         assert!(metric(&text, series) >= Some(MAX_CONNECTIONS_PER_ADDRESS as f64), "{text}");
     });
 }
@@ -162,7 +162,7 @@ fn idle_unix_connections_are_closed_after_the_deadline_and_a_client_is_then_serv
         };
         all_closed_by_the_gateway(idle).await;
         let text = metrics_of(&mut c).await;
-        let closed = |r: &str| metric(&text, &format!("rtcell_gateway_connections_closed_total{{reason=\"{r}\"}}"));
+        let closed = |r: &str| Some(gw::closed(&text, r));
         assert!(closed("no_request") >= Some(MAX_CONNECTIONS as f64), "{text}");
         assert!(closed("listener_full") >= Some(1.0), "the client's first tries found the listener full: {text}");
     });
@@ -306,7 +306,7 @@ fn unread_statistics_streams_keep_the_gateways_memory_bounded_and_are_ended() {
         assert!(growth < UNREAD_GROWTH_BOUND, "the gateway grew by {} MiB with unread streams", growth >> 20);
         let v = |series: &str| metric(&text, series).unwrap_or(0.0);
         assert!(v("rtcell_gateway_streams_ended_total{reason=\"stalled\"}") >= 1.0, "{text}");
-        assert!(v("rtcell_gateway_connections_closed_total{reason=\"stalled_stream\"}") >= 1.0, "{text}");
+        assert!(v("rtcell_gateway_connections_closed_total{listener=\"grpc\",reason=\"stalled_stream\"}") >= 1.0, "{text}");
         assert!(v("rtcell_gateway_stream_dropped_samples_total") >= 1.0, "{text}");
         assert!(v("rtcell_gateway_streams_refused_total") >= 1.0, "{text}");
         assert!(v("rtcell_gateway_memory_budget_bytes") > 0.0, "{text}");

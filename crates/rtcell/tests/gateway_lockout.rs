@@ -183,6 +183,46 @@ fn idle_sockets_of_one_address_never_lock_a_scraper_out_of_metrics() {
 }
 
 #[test]
+fn idle_sockets_from_eight_addresses_reconnecting_never_lock_a_scraper_out_of_metrics() {
+    let (s, addr, _) = serve_tcp_with_roles();
+    let url = s.metrics_url();
+    let host: std::net::SocketAddr = url.trim_start_matches("http://").split('/').next().unwrap().parse().unwrap();
+    rt().block_on(async {
+        let stop = Arc::new(AtomicBool::new(false));
+        // 8 addresses x their 16 connections: the whole listener, reconnecting as soon as closed.
+        let mut idle = Vec::new();
+        for a in 2..=9 {
+            for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+                idle.push(tokio::spawn(hold_idle(loopback(a), host, Arc::clone(&stop))));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Over more than the header deadline, so the reconnecting sockets meet the scraper too.
+        let t0 = Instant::now();
+        let mut n = 0;
+        while t0.elapsed() < Duration::from_secs(7) {
+            let u = url.clone();
+            let got = tokio::task::spawn_blocking(move || scrape(&u)).await.unwrap();
+            assert!(
+                got.as_deref().is_ok_and(|l| l.starts_with("HTTP/1.1 200")),
+                "scrape {n} beside 128 reconnecting idle sockets: {got:?}"
+            );
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in idle {
+            let _ = t.await;
+        }
+        let text = metrics_of(&mut admin_answered(&addr).await).await;
+        let evicted =
+            gw::closed_on(&text, "metrics", "preauth_full") + gw::closed_on(&text, "metrics", "preauth_evicted");
+        assert!(evicted >= 1.0, "the idle sockets met the pending share of /metrics: {text}");
+        eprintln!("scraper answered {n} of {n} times beside 128 reconnecting idle sockets");
+    });
+}
+
+#[test]
 fn failed_authentications_are_audited_in_aggregate_and_close_their_connection() {
     let (s, addr, _) = serve_tcp_with_roles();
     let wrong = "wrong-0123456789abcdef0123456789";

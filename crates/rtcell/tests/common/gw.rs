@@ -337,7 +337,13 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// `rtcell_gateway_connections_closed_total{reason=REASON}` in a text exposition (0 if absent).
+/// Connections the gRPC listeners closed for `reason`, in a text exposition (0 if absent).
 pub fn closed(text: &str, reason: &str) -> f64 {
-    metric(text, &format!("rtcell_gateway_connections_closed_total{{reason=\"{reason}\"}}")).unwrap_or(0.0)
+    closed_on(text, "grpc", reason)
+}
+
+/// `rtcell_gateway_connections_closed_total{listener=LISTENER,reason=REASON}` (0 if absent).
+pub fn closed_on(text: &str, listener: &str, reason: &str) -> f64 {
+    metric(text, &format!("rtcell_gateway_connections_closed_total{{listener=\"{listener}\",reason=\"{reason}\"}}"))
+        .unwrap_or(0.0)
 }
