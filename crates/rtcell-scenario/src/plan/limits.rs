@@ -164,6 +164,11 @@ impl Validator<'_> {
                 RawWork::Drive { us, .. } => {
                     self.float_range(&format!("{p}.workload.us"), *us, (0.0, false), hour, " us", "us = 20");
                 }
+                RawWork::Scribble { at_cycle, cycles, .. } => {
+                    let w = format!("{p}.workload");
+                    self.int_range(&format!("{w}.at_cycle"), *at_cycle, 0, MAX_CYCLES, "", "at_cycle = 100");
+                    self.int_range(&format!("{w}.cycles"), *cycles, 1, MAX_CYCLES, "", "cycles = 1");
+                }
                 RawWork::Trajectory { from_deg, to_deg, move_s } => {
                     for (f, v) in [("from_deg", from_deg), ("to_deg", to_deg)] {
                         self.float_range(

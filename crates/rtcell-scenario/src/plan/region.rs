@@ -98,15 +98,26 @@ impl Validator<'_> {
         let needed = fixed + 3 * plan.tasks.len() + others;
         if needed > MAX_CHANNELS {
             let most = MAX_CHANNELS.saturating_sub(fixed + others) / 3;
+            let (fit, fix) = if most == 0 {
+                (
+                    format!("the cells, channels, signals and COM channels alone take {}", fixed + others),
+                    "use fewer channels, signals or cells, or split the scenario".to_string(),
+                )
+            } else {
+                (
+                    format!("with these channels at most {most} tasks fit"),
+                    format!("use at most {most} tasks, or split the scenario"),
+                )
+            };
             self.err(
                 "tasks",
                 format!(
                     "the scenario needs {needed} shared-memory channels, more than the {MAX_CHANNELS} one region holds \
                      (each task takes 3, each cell 1, each channel, signal and COM channel 1, a writable signal 2): \
-                     with these channels at most {most} tasks fit, the file has {}",
+                     {fit}, the file has {} tasks",
                     plan.tasks.len()
                 ),
-                format!("use at most {most} tasks, or split the scenario"),
+                fix,
             );
             return;
         }
