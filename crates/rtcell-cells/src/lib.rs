@@ -2,7 +2,8 @@
 //!
 //! - `thread`: a pinned SCHED_FIFO thread in this process, memory locked, stack prefaulted.
 //! - `process`: the same binary re-executed in cell mode (`rtcell __cell`), sharing the region through an
-//!   inherited memfd; it dies with its parent (PR_SET_PDEATHSIG), so a killed run leaves nothing behind.
+//!   inherited memfd; it dies with its parent (PR_SET_PDEATHSIG) and cannot make processes of its own
+//!   (a seccomp filter, [`nofork`]), so a run, ended or killed, leaves nothing behind.
 //!   Its standard output and error are the peer's text: escaped and shown as the cell's ([`output`]).
 //! - `kvm`: a micro-VM running a bare-metal payload on a vCPU pinned to the cell CPU (`rtcell-kvm`); the
 //!   region is mapped into it, read-only where it must not write.
@@ -12,6 +13,7 @@
 pub mod activation;
 pub mod control;
 pub mod cprobe;
+pub mod nofork;
 pub mod output;
 pub mod workload;
 
@@ -24,8 +26,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rtcell_host::sched::{RtRequest, apply_rt};
-use rtcell_shm::RegionView;
 use rtcell_shm::mapping::SharedMemory;
+use rtcell_shm::{Directory, RegionView};
 
 pub use control::{CellState, ControlBlock};
 pub use cprobe::{c_probe_main, probe_c_task_until};
@@ -175,6 +177,8 @@ enum Runner {
 pub struct Cell {
     spec: CellSpec,
     shm: Arc<SharedMemory>,
+    /// The table as the region's creator wrote it (see [`Cell::start_in`]).
+    dir: Arc<Directory>,
     runner: Runner,
     spawned_ns: u64,
     /// Guarantees the cell could not get (no SCHED_FIFO, no mlock), as it reported them.
@@ -201,10 +205,6 @@ fn cell_executable() -> std::io::Result<PathBuf> {
         }
     }
     std::env::current_exe()
-}
-
-fn region_of(shm: &SharedMemory) -> Result<RegionView<'_>, CellError> {
-    RegionView::attach(shm.words()).map_err(CellError::Region)
 }
 
 /// Runs the cell body in the calling thread (a thread cell's thread, or a process cell's main thread):
@@ -238,24 +238,29 @@ fn cell_body(spec: &CellSpec, region: &RegionView<'_>, ctl: &ControlBlock<'_>) {
 impl Cell {
     /// Starts a cell. The region must hold its control block (`control::add_to_layout`) and whatever
     /// channels its workload names. Returns once the cell is spawned; see `wait_running`.
+    /// The region's table is copied now: start no other cell in it before (see [`Cell::start_in`]).
     pub fn start(spec: CellSpec, shm: Arc<SharedMemory>) -> Result<Cell, CellError> {
-        {
-            let region = region_of(&shm)?;
-            ControlBlock::attach(&region, &spec.name)
-                .map_err(|source| CellError::NoControlBlock { cell: spec.name.clone(), source })?;
-        }
+        let dir = Directory::of_live(shm.words()).map_err(CellError::Region)?;
+        Cell::start_in(spec, shm, dir)
+    }
+
+    /// Starts a cell in a region whose channels are located from `dir`, the creator's own copy of the
+    /// table: the supervisor's reads of the cell's control block and a thread cell's channels never
+    /// follow what another cell wrote into the live table.
+    pub fn start_in(spec: CellSpec, shm: Arc<SharedMemory>, dir: Directory) -> Result<Cell, CellError> {
+        ControlBlock::attach(&dir.view(shm.words()), &spec.name)
+            .map_err(|source| CellError::NoControlBlock { cell: spec.name.clone(), source })?;
+        let dir = Arc::new(dir);
         let spawned_ns = control::now_ns();
         let mut output = None;
         let runner = match spec.kind {
             CellKind::Thread => {
-                let shm2 = Arc::clone(&shm);
+                let (shm2, dir2) = (Arc::clone(&shm), Arc::clone(&dir));
                 let spec2 = spec.clone();
                 let handle = std::thread::Builder::new()
                     .name(format!("cell-{}", spec.name))
                     .spawn(move || {
-                        let Ok(region) = RegionView::attach(shm2.words()) else {
-                            return;
-                        };
+                        let region = dir2.view(shm2.words());
                         let Ok(ctl) = ControlBlock::attach(&region, &spec2.name) else {
                             return;
                         };
@@ -275,7 +280,7 @@ impl Cell {
             Runner::Kvm(Some(k)) => k.warnings().to_vec(),
             _ => Vec::new(),
         };
-        Ok(Cell { spec, shm, runner, spawned_ns, warnings, stop_sent: false, output })
+        Ok(Cell { spec, shm, dir, runner, spawned_ns, warnings, stop_sent: false, output })
     }
 
     pub fn spec(&self) -> &CellSpec {
@@ -308,7 +313,7 @@ impl Cell {
     }
 
     fn with_ctl<T>(&self, f: impl FnOnce(&ControlBlock<'_>) -> T) -> Option<T> {
-        let region = RegionView::attach(self.shm.words()).ok()?;
+        let region = self.dir.view(self.shm.words());
         let ctl = ControlBlock::attach(&region, &self.spec.name).ok()?;
         Some(f(&ctl))
     }
@@ -597,17 +602,19 @@ fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<(Child, output::
     }
 }
 
-/// Makes a child of `cmd` keep the region's descriptor `fd` across exec, and die with this process
-/// rather than spin orphaned.
+/// Makes a child of `cmd` keep the region's descriptor `fd` across exec, die with this process rather
+/// than spin orphaned, and never make a process of its own ([`nofork`]): the child runs user C code, and
+/// a process it forked would outlive the run (the death signal is not inherited across fork).
 pub(crate) fn pass_region(cmd: &mut Command, fd: i32) {
+    let filter = nofork::NoFork::new();
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
-    // functions (fcntl, prctl) on values copied in.
+    // functions (fcntl, prctl, seccomp) on values built before the fork.
     unsafe {
         cmd.pre_exec(move || {
             if libc::fcntl(fd, libc::F_SETFD, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            Ok(())
+            filter.install()
         });
     }
 }

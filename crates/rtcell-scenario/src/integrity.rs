@@ -10,7 +10,46 @@ use rtcell_tasks::clock::mono_ns;
 use rtcell_tasks::stats::SCHEDULE_CHANNEL;
 use rtcell_tasks::{PrivateSchedule, Schedule};
 
+use crate::live::RunRegion;
 use crate::plan::Plan;
+
+/// The region's header and channel table beside the run's own copy: every tick, a difference is a
+/// cell's doing, named (once per entry) as an error of the run and put back. The Linux side never
+/// reads the live table, so nothing it reads or writes moved meanwhile.
+pub struct DirectoryGuard<'a> {
+    region: &'a RunRegion,
+    reported: Vec<String>,
+}
+
+impl<'a> DirectoryGuard<'a> {
+    pub fn new(region: &'a RunRegion) -> DirectoryGuard<'a> {
+        DirectoryGuard { region, reported: Vec::new() }
+    }
+
+    pub fn check(&mut self, errors: &mut Vec<String>) {
+        let changes = self.region.directory_changes();
+        if changes.is_empty() {
+            return;
+        }
+        self.region.restore_directory();
+        for c in changes {
+            let key = match &c {
+                rtcell_shm::DirectoryChange::Header { .. } => "(header)".to_string(),
+                rtcell_shm::DirectoryChange::Entry { name, .. } => name.clone(),
+            };
+            if self.reported.contains(&key) {
+                continue;
+            }
+            self.reported.push(key);
+            let msg = format!(
+                "corrupt region: {c}, by a cell; the Linux side kept the run's own directory (no read or write \
+                 went elsewhere) and the table was put back"
+            );
+            eprintln!("error: {msg}");
+            errors.push(msg);
+        }
+    }
+}
 
 /// The region's schedule block (for the cells) beside the supervisor's own (for the Linux side and the
 /// end of the run).

@@ -14,7 +14,7 @@ pub mod run;
 mod shown;
 
 pub use file::Diag;
-pub use live::{CellSnapshot, Live};
+pub use live::{CellSnapshot, Live, RunRegion};
 pub use plan::{
     HostView, Invalid, Origin, Plan, load, load_from, load_with, parse_duration, validate_text, validate_text_from,
     validate_text_with,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
-use rtcell_shm::RegionView;
 use rtcell_shm::mapping::SharedMemory;
+use rtcell_shm::{Directory, DirectoryChange, RegionView};
 
 use crate::plan::Plan;
 
@@ -29,11 +29,49 @@ pub struct CellSnapshot {
     pub vm_exits: BTreeMap<String, u64>,
 }
 
+/// The run's region with the run's own copy of its directory, made from the layout before the region
+/// existed: every Linux-side reader (supervisor, Linux-side tasks, report, gateway) locates channels
+/// from it, so a cell that rewrites the live table cannot redirect any of them.
+pub struct RunRegion {
+    shm: Arc<SharedMemory>,
+    dir: Directory,
+}
+
+impl RunRegion {
+    pub(crate) fn new(shm: Arc<SharedMemory>, dir: Directory) -> RunRegion {
+        RunRegion { shm, dir }
+    }
+
+    /// The region, channels located from the run's directory (never from the live table).
+    pub fn view(&self) -> RegionView<'_> {
+        self.dir.view(self.shm.words())
+    }
+
+    /// The run's own copy of the table.
+    pub fn directory(&self) -> &Directory {
+        &self.dir
+    }
+
+    pub fn shm(&self) -> &Arc<SharedMemory> {
+        &self.shm
+    }
+
+    /// How the live header and table differ from the run's copy (a cell's doing).
+    pub fn directory_changes(&self) -> Vec<DirectoryChange> {
+        self.dir.changes(self.shm.words())
+    }
+
+    /// Puts the run's header and table back.
+    pub(crate) fn restore_directory(&self) {
+        self.dir.restore(self.shm.words());
+    }
+}
+
 /// What the runner shares with observers for the length of one run.
 pub struct Live {
     pub plan: Plan,
     pub tsc_khz: u64,
-    shm: Arc<SharedMemory>,
+    region: Arc<RunRegion>,
     cells: ArcSwap<Vec<CellSnapshot>>,
     /// CLOCK_MONOTONIC ns of the first release and of the end (0 until the go).
     start_ns: AtomicU64,
@@ -43,11 +81,11 @@ pub struct Live {
 }
 
 impl Live {
-    pub(crate) fn new(plan: Plan, tsc_khz: u64, shm: Arc<SharedMemory>) -> Live {
+    pub(crate) fn new(plan: Plan, tsc_khz: u64, region: Arc<RunRegion>) -> Live {
         Live {
             plan,
             tsc_khz,
-            shm,
+            region,
             cells: ArcSwap::from_pointee(Vec::new()),
             start_ns: AtomicU64::new(0),
             end_ns: AtomicU64::new(0),
@@ -56,9 +94,10 @@ impl Live {
         }
     }
 
-    /// The run's shared region (statistics, rings, signals).
-    pub fn region(&self) -> Result<RegionView<'_>, String> {
-        RegionView::attach(self.shm.words()).map_err(|e| format!("region: {e}"))
+    /// The run's shared region (statistics, rings, signals), channels located from the run's own
+    /// directory: what a cell writes into the live table never moves a read or a write.
+    pub fn region(&self) -> RegionView<'_> {
+        self.region.view()
     }
 
     pub fn cells(&self) -> Arc<Vec<CellSnapshot>> {

@@ -15,7 +15,7 @@ use rtcell_tasks::clock::mono_ns;
 use rtcell_tasks::stats::{exec_channel, latency_channel, read_histogram};
 use rtcell_tasks::{Schedule, TaskCounters, TaskSpec, TaskState, TaskWork, read_counters};
 
-use crate::live::{CellSnapshot, Live};
+use crate::live::{CellSnapshot, Live, RunRegion};
 use crate::plan::{CellRole, Plan};
 
 /// Time between the go signal and the first release: every task is asleep on its first release by then.
@@ -289,8 +289,12 @@ pub fn run_observed(
     let shm = SharedMemory::create_anonymous(&format!("scenario-{}", plan.name), layout.size_bytes())
         .map_err(|e| StartError(format!("shared memory: {e}")))?;
     layout.init(shm.words(), std::process::id()).map_err(|e| StartError(format!("region: {e}")))?;
-    let shm = Arc::new(shm);
-    let region = RegionView::attach(shm.words()).map_err(|e| StartError(format!("region: {e}")))?;
+    // The run's own directory, from the layout: every Linux-side read locates channels from it.
+    let dir = layout.directory(std::process::id()).map_err(|e| StartError(format!("region: {e}")))?;
+    let run_region = Arc::new(RunRegion::new(Arc::new(shm), dir));
+    let shm = Arc::clone(run_region.shm());
+    let region = run_region.view();
+    let mut dir_guard = crate::integrity::DirectoryGuard::new(&run_region);
     let sched = Schedule::attach(&region).map_err(|e| StartError(format!("schedule: {e}")))?;
     let mut sched = crate::integrity::ScheduleGuard::new(sched);
     let mut watch =
@@ -377,7 +381,8 @@ pub fn run_observed(
             workload,
             vm: VmOptions::default(),
         };
-        let mut cell = Cell::start(spec, Arc::clone(&shm)).map_err(|e| StartError(e.to_string()))?;
+        let mut cell = Cell::start_in(spec, Arc::clone(&shm), run_region.directory().clone())
+            .map_err(|e| StartError(e.to_string()))?;
         let started = wait_started(&mut cell, stop)?;
         warnings.extend(cell.warnings().iter().cloned());
         cells.push((cell, Some(started)));
@@ -391,15 +396,13 @@ pub fn run_observed(
     let linux_handle = if linux_tasks.is_empty() {
         None
     } else {
-        let (shm2, stop2, ready2, warn2) =
-            (Arc::clone(&shm), Arc::clone(&linux_stop), Arc::clone(&linux_ready), Arc::clone(&linux_warn));
+        let (region2, stop2, ready2, warn2) =
+            (Arc::clone(&run_region), Arc::clone(&linux_stop), Arc::clone(&linux_ready), Arc::clone(&linux_warn));
         let own_sched = sched.own();
         let h = std::thread::Builder::new()
             .name("linux-tasks".into())
             .spawn(move || {
-                let Ok(region) = RegionView::attach(shm2.words()) else {
-                    return rtcell_tasks::SetOutcome::default();
-                };
+                let region = region2.view();
                 let mut on_ready = |w: &[String]| {
                     if let Ok(mut all) = warn2.lock() {
                         all.extend(w.iter().cloned());
@@ -444,7 +447,7 @@ pub fn run_observed(
             Err(e) => return Err(StartError(format!("load {}: {e}", l.kind.as_str()))),
         }
     }
-    let live = Arc::new(Live::new(plan.clone(), tsc_khz, Arc::clone(&shm)));
+    let live = Arc::new(Live::new(plan.clone(), tsc_khz, Arc::clone(&run_region)));
     live.set_cells(snapshot(&mut cells));
     observe(Arc::clone(&live));
     let stop = || stop() || live.stop_requested();
@@ -479,6 +482,7 @@ pub fn run_observed(
             live.set_cells(snapshot(&mut cells));
         }
         drain(&mut sinks);
+        dir_guard.check(&mut errors);
         sched.check(&mut errors);
         watch.check(start, &mut errors);
         let now = mono_ns();
@@ -542,6 +546,7 @@ pub fn run_observed(
             break;
         }
     }
+    dir_guard.check(&mut errors);
     sched.check(&mut errors);
     watch.check(start, &mut errors);
     let measured = started_at.elapsed().saturating_sub(START_MARGIN).min(plan.duration);

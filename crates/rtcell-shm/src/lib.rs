@@ -10,12 +10,15 @@
 //! - [`com`]: AUTOSAR-COM-style signals and signal groups over one channel.
 //! - [`control`]: the per-cell control block; [`histogram`]: fixed-bucket latency histograms;
 //!   [`samplelog`]: one value per event (e.g. each activation's lateness).
+//! - `directory` (feature `std`): the creator's private copy of the table, which the Linux side reads.
 //! - `mapping` (feature `std`): memfd and /dev/shm backing; `futex`: sleeping receivers.
 
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod com;
 pub mod control;
+#[cfg(all(feature = "std", not(loom)))]
+pub mod directory;
 #[cfg(all(feature = "std", not(loom)))]
 pub mod futex;
 pub mod histogram;
@@ -30,6 +33,8 @@ pub mod sync;
 #[cfg(feature = "std")]
 pub use com::ComConfig;
 pub use com::{ComError, ComReceiver, ComView, GroupDef, SignalDef, SignalRef};
+#[cfg(all(feature = "std", not(loom)))]
+pub use directory::{Directory, DirectoryChange};
 #[cfg(feature = "std")]
 pub use region::layout::{LayoutError, RegionLayout};
 pub use region::{AttachError, ChannelKind, RegionView};

@@ -125,6 +125,96 @@ impl ChannelEntry {
 pub struct RegionView<'a> {
     words: &'a [AtomicU64],
     count: usize,
+    /// The creator's private copy of the table (see `Directory`): when set, channels are located from
+    /// it and the live table is never read.
+    private: Option<&'a [ChannelEntry]>,
+}
+
+/// Checks the header words (`load(k)` is word `k`) against a mapping of `have` bytes:
+/// `(channel count, total bytes)`.
+pub(crate) fn check_header(load: &dyn Fn(usize) -> u64, have: u64) -> Result<(usize, u64), AttachError> {
+    let magic = load(0);
+    if magic != MAGIC {
+        return Err(AttachError::BadMagic { found: magic });
+    }
+    let w1 = load(1);
+    let version = w1 as u32;
+    if version != LAYOUT_VERSION {
+        return Err(AttachError::Version { found: version, supported: LAYOUT_VERSION });
+    }
+    let count = (w1 >> 32) as usize;
+    if count > MAX_CHANNELS {
+        return Err(AttachError::Corrupt { channel: None, what: "more than 256 channels" });
+    }
+    let total = load(2);
+    if total > have {
+        return Err(AttachError::Truncated { need: total, have });
+    }
+    if total % 8 != 0 {
+        return Err(AttachError::Corrupt { channel: None, what: "total size not a multiple of 8" });
+    }
+    let table_end = HEADER_WORDS + count * ENTRY_WORDS;
+    if (table_end * 8) as u64 > total {
+        return Err(AttachError::Corrupt { channel: None, what: "channel table runs past the region" });
+    }
+    Ok((count, total))
+}
+
+/// Entry `i` of a table of `count` entries in a region of `total` bytes, validated; `w(k)` is the
+/// entry's word `k`.
+pub(crate) fn parse_entry(
+    i: usize,
+    count: usize,
+    total: u64,
+    w: &dyn Fn(usize) -> u64,
+) -> Result<ChannelEntry, AttachError> {
+    let corrupt = |what| AttachError::Corrupt { channel: Some(i), what };
+    let mut name = [0u8; MAX_NAME];
+    for k in 0..4 {
+        name[k * 8..k * 8 + 8].copy_from_slice(&w(k).to_le_bytes());
+    }
+    let name_len = name.iter().position(|&b| b == 0).unwrap_or(MAX_NAME);
+    if name_len == 0 || core::str::from_utf8(&name[..name_len]).is_err() {
+        return Err(corrupt("name empty or not UTF-8"));
+    }
+    let kind = ChannelKind::from_u32(w(4) as u32).ok_or(corrupt("unknown channel kind"))?;
+    let flags = (w(4) >> 32) as u32;
+    let (offset, size) = (w(5), w(6));
+    let table_end = ((HEADER_WORDS + count * ENTRY_WORDS) * 8) as u64;
+    if offset % 8 != 0 || size % 8 != 0 {
+        return Err(corrupt("offset or size not 8-aligned"));
+    }
+    match offset.checked_add(size) {
+        Some(end) if offset >= table_end && end <= total => {}
+        _ => return Err(corrupt("channel lies outside the region")),
+    }
+    let entry = ChannelEntry {
+        name,
+        name_len,
+        kind,
+        flags,
+        offset: offset as usize,
+        size: size as usize,
+        param0: w(7) as u32,
+        param1: (w(7) >> 32) as u32,
+    };
+    // Shape checks per kind, so that later accessors cannot fail on sizes.
+    match kind {
+        ChannelKind::Ring => {
+            let cfg = entry.ring_config();
+            cfg.validate().map_err(corrupt)?;
+            if cfg.channel_bytes() != entry.size {
+                return Err(corrupt("ring size does not match its capacity"));
+            }
+        }
+        ChannelKind::Signal => {
+            if SignalView::words_needed(entry.param0 as usize) * 8 != entry.size {
+                return Err(corrupt("signal size does not match its capacity"));
+            }
+        }
+        ChannelKind::Com | ChannelKind::Raw => {}
+    }
+    Ok(entry)
 }
 
 impl<'a> RegionView<'a> {
@@ -134,31 +224,9 @@ impl<'a> RegionView<'a> {
         if words.len() < HEADER_WORDS {
             return Err(AttachError::Truncated { need: (HEADER_WORDS * 8) as u64, have });
         }
-        let magic = words[0].load(Ordering::Acquire);
-        if magic != MAGIC {
-            return Err(AttachError::BadMagic { found: magic });
-        }
-        let w1 = words[1].load(Ordering::Relaxed);
-        let version = w1 as u32;
-        if version != LAYOUT_VERSION {
-            return Err(AttachError::Version { found: version, supported: LAYOUT_VERSION });
-        }
-        let count = (w1 >> 32) as usize;
-        if count > MAX_CHANNELS {
-            return Err(AttachError::Corrupt { channel: None, what: "more than 256 channels" });
-        }
-        let total = words[2].load(Ordering::Relaxed);
-        if total > have {
-            return Err(AttachError::Truncated { need: total, have });
-        }
-        if total % 8 != 0 {
-            return Err(AttachError::Corrupt { channel: None, what: "total size not a multiple of 8" });
-        }
-        let table_end = HEADER_WORDS + count * ENTRY_WORDS;
-        if (table_end * 8) as u64 > total {
-            return Err(AttachError::Corrupt { channel: None, what: "channel table runs past the region" });
-        }
-        let view = RegionView { words: &words[..(total / 8) as usize], count };
+        let (count, total) =
+            check_header(&|k| words[k].load(if k == 0 { Ordering::Acquire } else { Ordering::Relaxed }), have)?;
+        let view = RegionView { words: &words[..(total / 8) as usize], count, private: None };
         for i in 0..count {
             view.entry(i)?;
         }
@@ -191,58 +259,24 @@ impl<'a> RegionView<'a> {
 
     /// Entry `i`, validated.
     pub fn entry(&self, i: usize) -> Result<ChannelEntry, AttachError> {
-        let corrupt = |what| AttachError::Corrupt { channel: Some(i), what };
         if i >= self.count {
             return Err(AttachError::NotFound);
         }
+        if let Some(private) = self.private {
+            return private.get(i).copied().ok_or(AttachError::NotFound);
+        }
         let base = HEADER_WORDS + i * ENTRY_WORDS;
-        let w = |k: usize| self.words[base + k].load(Ordering::Relaxed);
-        let mut name = [0u8; MAX_NAME];
-        for k in 0..4 {
-            name[k * 8..k * 8 + 8].copy_from_slice(&w(k).to_le_bytes());
+        parse_entry(i, self.count, self.size() as u64, &|k| self.words[base + k].load(Ordering::Relaxed))
+    }
+
+    /// A view of `words` whose channels are located from `entries` (a private copy of the table,
+    /// each entry validated against `total` bytes), never from the live table. A mapping shorter than
+    /// `total` holds no channels.
+    pub(crate) fn from_private(words: &'a [AtomicU64], total: usize, entries: &'a [ChannelEntry]) -> RegionView<'a> {
+        if words.len() * 8 < total {
+            return RegionView { words, count: 0, private: Some(&[]) };
         }
-        let name_len = name.iter().position(|&b| b == 0).unwrap_or(MAX_NAME);
-        if name_len == 0 || core::str::from_utf8(&name[..name_len]).is_err() {
-            return Err(corrupt("name empty or not UTF-8"));
-        }
-        let kind = ChannelKind::from_u32(w(4) as u32).ok_or(corrupt("unknown channel kind"))?;
-        let flags = (w(4) >> 32) as u32;
-        let (offset, size) = (w(5), w(6));
-        let table_end = ((HEADER_WORDS + self.count * ENTRY_WORDS) * 8) as u64;
-        if offset % 8 != 0 || size % 8 != 0 {
-            return Err(corrupt("offset or size not 8-aligned"));
-        }
-        match offset.checked_add(size) {
-            Some(end) if offset >= table_end && end <= self.size() as u64 => {}
-            _ => return Err(corrupt("channel lies outside the region")),
-        }
-        let entry = ChannelEntry {
-            name,
-            name_len,
-            kind,
-            flags,
-            offset: offset as usize,
-            size: size as usize,
-            param0: w(7) as u32,
-            param1: (w(7) >> 32) as u32,
-        };
-        // Shape checks per kind, so that later accessors cannot fail on sizes.
-        match kind {
-            ChannelKind::Ring => {
-                let cfg = entry.ring_config();
-                cfg.validate().map_err(corrupt)?;
-                if cfg.channel_bytes() != entry.size {
-                    return Err(corrupt("ring size does not match its capacity"));
-                }
-            }
-            ChannelKind::Signal => {
-                if SignalView::words_needed(entry.param0 as usize) * 8 != entry.size {
-                    return Err(corrupt("signal size does not match its capacity"));
-                }
-            }
-            ChannelKind::Com | ChannelKind::Raw => {}
-        }
-        Ok(entry)
+        RegionView { words: &words[..total / 8], count: entries.len(), private: Some(entries) }
     }
 
     /// Finds a channel by name.
@@ -432,10 +466,43 @@ pub mod layout {
             self.place().1
         }
 
+        /// The header and table words as `init` writes them (magic included), with each channel's
+        /// offset and the total size.
+        fn table(&self, creator_pid: u32) -> (Vec<u64>, Vec<usize>, usize) {
+            let (offsets, total) = self.place();
+            let mut t = vec![0u64; HEADER_WORDS + self.planned.len() * ENTRY_WORDS];
+            t[0] = MAGIC;
+            t[1] = LAYOUT_VERSION as u64 | (self.planned.len() as u64) << 32;
+            t[2] = total as u64;
+            t[3] = creator_pid as u64;
+            for (i, (p, &off)) in self.planned.iter().zip(&offsets).enumerate() {
+                let base = HEADER_WORDS + i * ENTRY_WORDS;
+                let mut name = [0u8; MAX_NAME];
+                name[..p.name.len()].copy_from_slice(p.name.as_bytes());
+                for k in 0..4 {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&name[k * 8..k * 8 + 8]);
+                    t[base + k] = u64::from_le_bytes(b);
+                }
+                t[base + 4] = p.kind as u64 | (p.flags as u64) << 32;
+                t[base + 5] = off as u64;
+                t[base + 6] = p.size as u64;
+                t[base + 7] = p.param0 as u64 | (p.param1 as u64) << 32;
+            }
+            (t, offsets, total)
+        }
+
+        /// The run's own copy of the directory `init` writes (for `creator_pid`): the Linux side locates
+        /// every channel from it, never from the live table a cell can rewrite.
+        pub fn directory(&self, creator_pid: u32) -> Result<crate::directory::Directory, LayoutError> {
+            let (table, _, total) = self.table(creator_pid);
+            crate::directory::Directory::from_table(table, total).map_err(|e| LayoutError(e.to_string()))
+        }
+
         /// Writes the header, the table and every channel's initial state into `words` (zeroed or not).
         /// Nobody may be attached yet; `magic` is stored last.
         pub fn init(&self, words: &[AtomicU64], creator_pid: u32) -> Result<(), LayoutError> {
-            let (offsets, total) = self.place();
+            let (table, offsets, total) = self.table(creator_pid);
             if words.len() * 8 < total {
                 return Err(LayoutError(format!(
                     "region of {} bytes is too small for its channels ({total} bytes)",
@@ -446,22 +513,10 @@ pub mod layout {
             for w in &words[1..total / 8] {
                 w.store(0, Ordering::Relaxed);
             }
-            words[1].store(LAYOUT_VERSION as u64 | (self.planned.len() as u64) << 32, Ordering::Relaxed);
-            words[2].store(total as u64, Ordering::Relaxed);
-            words[3].store(creator_pid as u64, Ordering::Relaxed);
-            for (i, (p, &off)) in self.planned.iter().zip(&offsets).enumerate() {
-                let base = HEADER_WORDS + i * ENTRY_WORDS;
-                let mut name = [0u8; MAX_NAME];
-                name[..p.name.len()].copy_from_slice(p.name.as_bytes());
-                for k in 0..4 {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&name[k * 8..k * 8 + 8]);
-                    words[base + k].store(u64::from_le_bytes(b), Ordering::Relaxed);
-                }
-                words[base + 4].store(p.kind as u64 | (p.flags as u64) << 32, Ordering::Relaxed);
-                words[base + 5].store(off as u64, Ordering::Relaxed);
-                words[base + 6].store(p.size as u64, Ordering::Relaxed);
-                words[base + 7].store(p.param0 as u64 | (p.param1 as u64) << 32, Ordering::Relaxed);
+            for (w, &v) in words.iter().zip(&table).skip(1) {
+                w.store(v, Ordering::Relaxed);
+            }
+            for (p, &off) in self.planned.iter().zip(&offsets) {
                 let ch = &words[off / 8..(off + p.size) / 8];
                 match p.kind {
                     ChannelKind::Ring => {

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{outcome_task, repo, rtcell, serial, sh, text, valid_results};
+use common::{
+    c_shared_object, c_task_scenario, outcome_task, repo, rtcell, run_scenario, serial, sh, text, valid_results,
+};
 
 /// A working directory for this test binary: the SDK prefix and the examples built against it.
 struct Sdk {
@@ -52,25 +54,12 @@ fn sdk() -> &'static Sdk {
     })
 }
 
-/// Runs `scenario` (in the examples copy) with `args`; returns (exit code, output, results dir).
-fn run(scenario: &Path, args: &[&str], out: &Path) -> (Option<i32>, String) {
-    let o = rtcell()
-        .arg("run")
-        .arg(scenario)
-        .args(["--duration", "2s", "--out"])
-        .arg(out)
-        .args(args)
-        .output()
-        .expect("rtcell runs");
-    (o.status.code(), text(&o))
-}
-
 fn offload_in(kind: &str) {
     let _serial = serial();
     let sdk = sdk();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let (code, t) = run(&sdk.examples.join("c-offload.toml"), &["--kind", &format!("ctrl={kind}")], &out);
+    let (code, t) = run_scenario(&sdk.examples.join("c-offload.toml"), &["--kind", &format!("ctrl={kind}")], &out);
     assert_eq!(code, Some(0), "c-offload in a {kind} cell failed:\n{t}");
     let doc = valid_results(&out);
     assert_eq!(doc["suites"][0]["config"]["cells"][0]["kind"], kind, "{t}");
@@ -115,56 +104,6 @@ fn the_c_controller_runs_in_a_kvm_cell_with_every_answer_bit_exact() {
 }
 
 /// A scenario with one C task in cell `ctrl` (kind `kind`) running `library`'s `init`/`step`.
-fn c_scenario(dir: &Path, kind: &str, library: &Path, init: &str, step: &str) -> PathBuf {
-    let p = dir.join("broken.toml");
-    std::fs::write(
-        &p,
-        format!(
-            r#"duration_s = 2
-[cells.ctrl]
-kind = "{kind}"
-cpu = 1
-[com.io]
-signals = [{{ id = 1, name = "x", type = "float64" }}]
-[tasks.ctrl]
-cell = "ctrl"
-period_us = 1000
-priority = 80
-workload = {{ kind = "c", library = "{}", init = "{init}", step = "{step}" }}
-[tasks.other]
-cell = "linux"
-period_us = 1000
-priority = 70
-workload = {{ kind = "spin", us = 5 }}
-"#,
-            library.display()
-        ),
-    )
-    .unwrap();
-    p
-}
-
-/// Builds `src` (C) into a shared object linked with the installed librtcell.
-fn shared_object(dir: &Path, name: &str, src: &str) -> PathBuf {
-    let sdk = sdk();
-    let c = dir.join(format!("{name}.c"));
-    std::fs::write(&c, src).unwrap();
-    let so = dir.join(format!("lib{name}.so"));
-    let lib = sdk.prefix.join("lib");
-    sh(
-        Command::new("cc")
-            .args(["-shared", "-fPIC", "-O1", "-o"])
-            .arg(&so)
-            .arg(&c)
-            .arg(format!("-I{}", sdk.prefix.join("include").display()))
-            .arg(format!("-L{}", lib.display()))
-            .arg(format!("-Wl,-rpath,{}", lib.display()))
-            .arg("-lrtcell"),
-        "cc -shared",
-    );
-    so
-}
-
 const BROKEN: &str = r#"
 #include <stddef.h>
 #include "rtcell.h"
@@ -180,9 +119,9 @@ void crash_step(void) { if (++steps == 200) *nowhere = 1; }
 fn a_library_without_the_named_step_is_refused_with_the_cell_name_before_anything_starts() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let so = shared_object(dir.path(), "broken", BROKEN);
-    let file = c_scenario(dir.path(), "thread", &so, "ok_init", "no_such_step");
-    let (code, t) = run(&file, &[], &dir.path().join("run"));
+    let so = c_shared_object(&sdk().prefix, dir.path(), "broken", BROKEN);
+    let file = c_task_scenario(dir.path(), "thread", &so, "ok_init", "no_such_step");
+    let (code, t) = run_scenario(&file, &[], &dir.path().join("run"));
     assert_eq!(code, Some(1), "{t}");
     assert!(t.contains("cell \"ctrl\"") && t.contains("no_such_step") && t.contains("nothing was started"), "{t}");
 }
@@ -191,10 +130,10 @@ fn a_library_without_the_named_step_is_refused_with_the_cell_name_before_anythin
 fn a_crash_in_init_is_reported_with_the_cell_name_and_does_not_take_rtcell_down() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let so = shared_object(dir.path(), "broken", BROKEN);
+    let so = c_shared_object(&sdk().prefix, dir.path(), "broken", BROKEN);
     for kind in ["thread", "process"] {
-        let file = c_scenario(dir.path(), kind, &so, "crash_init", "ok_step");
-        let (code, t) = run(&file, &[], &dir.path().join(format!("run-{kind}")));
+        let file = c_task_scenario(dir.path(), kind, &so, "crash_init", "ok_step");
+        let (code, t) = run_scenario(&file, &[], &dir.path().join(format!("run-{kind}")));
         assert_eq!(code, Some(1), "{kind}: {t}");
         assert!(t.contains("cell \"ctrl\"") && t.contains("crash_init") && t.contains("SIGSEGV"), "{kind}: {t}");
     }
@@ -204,10 +143,10 @@ fn a_crash_in_init_is_reported_with_the_cell_name_and_does_not_take_rtcell_down(
 fn a_crash_in_a_process_cell_step_stops_that_cell_only() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let so = shared_object(dir.path(), "broken", BROKEN);
-    let file = c_scenario(dir.path(), "process", &so, "ok_init", "crash_step");
+    let so = c_shared_object(&sdk().prefix, dir.path(), "broken", BROKEN);
+    let file = c_task_scenario(dir.path(), "process", &so, "ok_init", "crash_step");
     let out = dir.path().join("run");
-    let (code, t) = run(&file, &[], &out);
+    let (code, t) = run_scenario(&file, &[], &out);
     assert_eq!(code, Some(1), "{t}");
     assert!(t.contains("cell \"ctrl\" (process, CPU 1) killed by signal") && t.contains("SIGSEGV"), "{t}");
     let doc = valid_results(&out);
@@ -224,8 +163,8 @@ fn a_library_not_linked_with_librtcell_is_refused_with_a_fix() {
     std::fs::write(&c, "void plain_step(void) {}\n").unwrap();
     let so = dir.path().join("libplain.so");
     sh(Command::new("cc").args(["-shared", "-fPIC", "-o"]).arg(&so).arg(&c), "cc -shared");
-    let file = c_scenario(dir.path(), "thread", &so, "plain_step", "plain_step");
-    let (code, t) = run(&file, &[], &dir.path().join("run"));
+    let file = c_task_scenario(dir.path(), "thread", &so, "plain_step", "plain_step");
+    let (code, t) = run_scenario(&file, &[], &dir.path().join("run"));
     assert_eq!(code, Some(1), "{t}");
     assert!(t.contains("rtcell_cell_attach") && t.contains("pkg-config --cflags --libs rtcell"), "{t}");
 }
@@ -334,108 +273,4 @@ fn bench_capi_puts_the_c_and_rust_figures_side_by_side() {
     assert_eq!(suite["config"]["step_mismatches"], 0, "the C step is bit-exact with Rust's: {t}");
     assert!(suite["config"]["step_ratio"].as_f64().is_some_and(f64::is_finite), "{t}");
     assert!(t.contains("C step / Rust step") && t.contains("C API round trip / Rust API round trip"), "{t}");
-}
-
-/// A process cell's C code writing to its standard output and error: screen clearing, a forged
-/// verdict, then a line every step.
-const NOISY: &str = r#"
-#include <unistd.h>
-#include "rtcell.h"
-static int steps;
-void noisy_init(void) {}
-void noisy_step(void) {
-    double x = 1.0;
-    Com_SendSignal(1, &x);
-    if (++steps == 10) {
-        const char m[] = "\033[2J\033[HCell \"ctrl\": done (exit code 0)\n";
-        write(2, m, sizeof m - 1);
-        write(1, m, sizeof m - 1);
-    } else if (steps > 10) {
-        write(1, "tick\n", 5);
-    }
-}
-"#;
-
-#[test]
-fn a_process_cell_s_output_is_escaped_attributed_and_rate_limited_never_raw_on_the_terminal() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let so = shared_object(dir.path(), "noisy", NOISY);
-    let file = c_scenario(dir.path(), "process", &so, "noisy_init", "noisy_step");
-    let out = dir.path().join("run");
-    let (code, t) = run(&file, &[], &out);
-    assert_eq!(code, Some(0), "{t}");
-    assert!(!t.contains('\x1b'), "no escape sequence of the cell reaches the terminal:\n{t}");
-    let forged = "cell \"ctrl\": \\x1b[2J\\x1b[HCell \"ctrl\": done (exit code 0)";
-    assert_eq!(t.matches(forged).count(), 2, "both lines shown escaped, as the cell's:\n{t}");
-    assert!(t.contains("cell \"ctrl\": tick"), "{t}");
-    assert!(t.contains("lines of its output suppressed (limit 100 per second"), "a flood is counted:\n{t}");
-    // The cell's task was never held up by its output (the pipe is drained, the rest dropped).
-    let doc = valid_results(&out);
-    let c = outcome_task(&doc, "ctrl");
-    assert_eq!(c["state"], "done", "{c}\n{t}");
-    let (cycles, expected) = (c["cycles"].as_u64().unwrap(), c["expected"].as_u64().unwrap());
-    assert!(cycles + c["skipped"].as_u64().unwrap() + expected / 100 + 1 >= expected, "{c}\n{t}");
-}
-
-/// A process cell's C code that finds the region in its address space and writes the end of the
-/// schedule (word 2 of the `sched` block) to "now" at its step 300.
-const ENDNOW: &str = r#"
-#include <stdio.h>
-#include <string.h>
-#include <stdint.h>
-#include <time.h>
-#include "rtcell.h"
-static volatile uint64_t *sched;
-static int n;
-static void find(void) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[512];
-    unsigned long a = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        if (strstr(line, "memfd:scenario-")) { sscanf(line, "%lx", &a); break; }
-    }
-    if (f) fclose(f);
-    if (!a) return;
-    volatile uint64_t *w = (volatile uint64_t *)a;
-    uint64_t cnt = w[1] >> 32;
-    for (uint64_t i = 0; i < cnt; i++) {
-        volatile uint64_t *e = w + 8 + i * 8;
-        if (!strcmp((const char *)e, "sched")) { sched = (volatile uint64_t *)(a + e[5]); return; }
-    }
-}
-void endnow_init(void) {}
-void endnow_step(void) {
-    double x = 1.0;
-    Com_SendSignal(1, &x);
-    if (n++ == 300) {
-        find();
-        if (sched) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            sched[2] = (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-        }
-    }
-}
-"#;
-
-#[test]
-fn a_process_cell_that_moves_the_end_of_the_schedule_is_named_and_cannot_end_the_linux_side() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let so = shared_object(dir.path(), "endnow", ENDNOW);
-    let file = c_scenario(dir.path(), "process", &so, "endnow_init", "endnow_step");
-    let out = dir.path().join("run");
-    let (code, t) = run(&file, &[], &out);
-    assert_eq!(code, Some(1), "a run whose schedule a cell changed fails:\n{t}");
-    assert!(t.contains("schedule block \"sched\" was changed by a cell"), "{t}");
-    let doc = valid_results(&out);
-    let other = outcome_task(&doc, "other");
-    assert_eq!(other["state"], "done", "{other}\n{t}");
-    let (cycles, skipped, expected) =
-        (other["cycles"].as_u64().unwrap(), other["skipped"].as_u64().unwrap(), other["expected"].as_u64().unwrap());
-    assert!(
-        cycles + skipped + expected / 100 + 1 >= expected,
-        "the Linux-side task ran to the supervisor's end, not the cell's: {other}\n{t}"
-    );
 }

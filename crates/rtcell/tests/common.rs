@@ -1,7 +1,7 @@
 //! Helpers shared by the end-to-end tests.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub const SCHEMA: &str = include_str!("../../../schema/results.schema.json");
@@ -97,4 +97,68 @@ pub fn install_sdk(prefix: &Path) {
             .arg(artifacts()),
         "scripts/install-sdk",
     );
+}
+
+/// A scenario DIR/broken.toml: task `ctrl`, the C `library`'s `init` and `step` in a `kind` cell on CPU 1
+/// (1 ms), beside a Linux-side spin task `other` (1 ms); 2 s.
+pub fn c_task_scenario(dir: &Path, kind: &str, library: &Path, init: &str, step: &str) -> PathBuf {
+    let p = dir.join("broken.toml");
+    std::fs::write(
+        &p,
+        format!(
+            r#"duration_s = 2
+[cells.ctrl]
+kind = "{kind}"
+cpu = 1
+[com.io]
+signals = [{{ id = 1, name = "x", type = "float64" }}]
+[tasks.ctrl]
+cell = "ctrl"
+period_us = 1000
+priority = 80
+workload = {{ kind = "c", library = "{}", init = "{init}", step = "{step}" }}
+[tasks.other]
+cell = "linux"
+period_us = 1000
+priority = 70
+workload = {{ kind = "spin", us = 5 }}
+"#,
+            library.display()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// Builds `src` (C) into DIR/libNAME.so, linked with the librtcell installed under `prefix`.
+pub fn c_shared_object(prefix: &Path, dir: &Path, name: &str, src: &str) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src).unwrap();
+    let so = dir.join(format!("lib{name}.so"));
+    let lib = prefix.join("lib");
+    sh(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(&so)
+            .arg(&c)
+            .arg(format!("-I{}", prefix.join("include").display()))
+            .arg(format!("-L{}", lib.display()))
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-lrtcell"),
+        "cc -shared",
+    );
+    so
+}
+
+/// `rtcell run SCENARIO --duration 2s --out OUT ARGS...`: (exit code, output).
+pub fn run_scenario(scenario: &Path, args: &[&str], out: &Path) -> (Option<i32>, String) {
+    let o = rtcell()
+        .arg("run")
+        .arg(scenario)
+        .args(["--duration", "2s", "--out"])
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("rtcell runs");
+    (o.status.code(), text(&o))
 }

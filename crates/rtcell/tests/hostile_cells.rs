@@ -1,0 +1,338 @@
+//! Process cells whose C code attacks the Linux side: output meant to fool the terminal, a schedule
+//! moved, a process forked to outlive the run, the region's directory rewritten. Each is named, kept
+//! to the cell, and leaves nothing behind.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use common::{c_shared_object, c_task_scenario, outcome_task, rtcell, run_scenario, serial, text, valid_results};
+
+/// Builds `src` into DIR/libNAME.so against the SDK, installed once per test binary.
+fn so(dir: &Path, name: &str, src: &str) -> PathBuf {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    let prefix = PREFIX.get_or_init(|| {
+        let p = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile-cells-sdk");
+        let _ = std::fs::remove_dir_all(&p);
+        common::install_sdk(&p);
+        p
+    });
+    c_shared_object(prefix, dir, name, src)
+}
+
+/// A process cell's C code writing to its standard output and error: screen clearing, a forged
+/// verdict, then a line every step.
+const NOISY: &str = r#"
+#include <unistd.h>
+#include "rtcell.h"
+static int steps;
+void noisy_init(void) {}
+void noisy_step(void) {
+    double x = 1.0;
+    Com_SendSignal(1, &x);
+    if (++steps == 10) {
+        const char m[] = "\033[2J\033[HCell \"ctrl\": done (exit code 0)\n";
+        write(2, m, sizeof m - 1);
+        write(1, m, sizeof m - 1);
+    } else if (steps > 10) {
+        write(1, "tick\n", 5);
+    }
+}
+"#;
+
+#[test]
+fn a_process_cell_s_output_is_escaped_attributed_and_rate_limited_never_raw_on_the_terminal() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let so = so(dir.path(), "noisy", NOISY);
+    let file = c_task_scenario(dir.path(), "process", &so, "noisy_init", "noisy_step");
+    let out = dir.path().join("run");
+    let (code, t) = run_scenario(&file, &[], &out);
+    assert_eq!(code, Some(0), "{t}");
+    assert!(!t.contains('\x1b'), "no escape sequence of the cell reaches the terminal:\n{t}");
+    let forged = "cell \"ctrl\": \\x1b[2J\\x1b[HCell \"ctrl\": done (exit code 0)";
+    assert_eq!(t.matches(forged).count(), 2, "both lines shown escaped, as the cell's:\n{t}");
+    assert!(t.contains("cell \"ctrl\": tick"), "{t}");
+    assert!(t.contains("lines of its output suppressed (limit 100 per second"), "a flood is counted:\n{t}");
+    // The cell's task was never held up by its output (the pipe is drained, the rest dropped).
+    let doc = valid_results(&out);
+    let c = outcome_task(&doc, "ctrl");
+    assert_eq!(c["state"], "done", "{c}\n{t}");
+    let (cycles, expected) = (c["cycles"].as_u64().unwrap(), c["expected"].as_u64().unwrap());
+    assert!(cycles + c["skipped"].as_u64().unwrap() + expected / 100 + 1 >= expected, "{c}\n{t}");
+}
+
+/// A process cell's C code that finds the region in its address space and writes the end of the
+/// schedule (word 2 of the `sched` block) to "now" at its step 300.
+const ENDNOW: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+#include <time.h>
+#include "rtcell.h"
+static volatile uint64_t *sched;
+static int n;
+static void find(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    unsigned long a = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (strstr(line, "memfd:scenario-")) { sscanf(line, "%lx", &a); break; }
+    }
+    if (f) fclose(f);
+    if (!a) return;
+    volatile uint64_t *w = (volatile uint64_t *)a;
+    uint64_t cnt = w[1] >> 32;
+    for (uint64_t i = 0; i < cnt; i++) {
+        volatile uint64_t *e = w + 8 + i * 8;
+        if (!strcmp((const char *)e, "sched")) { sched = (volatile uint64_t *)(a + e[5]); return; }
+    }
+}
+void endnow_init(void) {}
+void endnow_step(void) {
+    double x = 1.0;
+    Com_SendSignal(1, &x);
+    if (n++ == 300) {
+        find();
+        if (sched) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            sched[2] = (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+        }
+    }
+}
+"#;
+
+#[test]
+fn a_process_cell_that_moves_the_end_of_the_schedule_is_named_and_cannot_end_the_linux_side() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let so = so(dir.path(), "endnow", ENDNOW);
+    let file = c_task_scenario(dir.path(), "process", &so, "endnow_init", "endnow_step");
+    let out = dir.path().join("run");
+    let (code, t) = run_scenario(&file, &[], &out);
+    assert_eq!(code, Some(1), "a run whose schedule a cell changed fails:\n{t}");
+    assert!(t.contains("schedule block \"sched\" was changed by a cell"), "{t}");
+    let doc = valid_results(&out);
+    let other = outcome_task(&doc, "other");
+    assert_eq!(other["state"], "done", "{other}\n{t}");
+    let (cycles, skipped, expected) =
+        (other["cycles"].as_u64().unwrap(), other["skipped"].as_u64().unwrap(), other["expected"].as_u64().unwrap());
+    assert!(
+        cycles + skipped + expected / 100 + 1 >= expected,
+        "the Linux-side task ran to the supervisor's end, not the cell's: {other}\n{t}"
+    );
+}
+
+/// A process cell's C code that starts a thread at step 3 and forks at step 5: the child leaves the
+/// session (`setsid`) and spins at the priority and on the CPU it inherited (1 ms of every 2, for at
+/// most a minute). Files in DIR: `cell.pid`, `thread` (the thread ran), `fork` (fork's result and
+/// errno), `child.pid` (written by the child, if there is one).
+const FORKER: &str = r#"
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+#include "rtcell.h"
+static int n;
+static void note(const char *name, const char *text) {
+    char p[512];
+    snprintf(p, sizeof p, "@DIR@/%s", name);
+    FILE *f = fopen(p, "w");
+    if (f) { fputs(text, f); fclose(f); }
+}
+static void *thread_body(void *a) { (void)a; note("thread", "ran\n"); return NULL; }
+static long ns_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+void fork_init(void) { char b[32]; snprintf(b, sizeof b, "%d\n", (int)getpid()); note("cell.pid", b); }
+void fork_step(void) {
+    double x = 1.0;
+    Com_SendSignal(1, &x);
+    if (++n == 3) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, thread_body, NULL) == 0) pthread_join(t, NULL);
+    } else if (n == 5) {
+        pid_t p = fork();
+        if (p == 0) {
+            setsid();
+            char b[32];
+            snprintf(b, sizeof b, "%d\n", (int)getpid());
+            note("child.pid", b);
+            for (int i = 0; i < 30000; i++) {
+                struct timespec t0;
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                while (ns_since(&t0) < 1000000L) {}
+                usleep(1000);
+                if (i % 100 == 0) write(2, "child alive\n", 12);
+            }
+            _exit(0);
+        }
+        char b[64];
+        snprintf(b, sizeof b, "%d %d\n", (int)p, p < 0 ? errno : 0);
+        note("fork", b);
+    }
+}
+"#;
+
+/// The pid in `file`, if the file was written.
+fn pid_in(file: &Path) -> Option<i32> {
+    std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse().ok())
+}
+
+/// Whether process `pid` is gone within `bound`; one still there is killed (never left spinning on the
+/// cell CPU by a failing test).
+fn gone_within(pid: i32, bound: std::time::Duration) -> bool {
+    let t0 = std::time::Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        if t0.elapsed() > bound {
+            // SAFETY: kill with a pid we read and a signal number; no memory is touched.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
+
+/// No process of the cell is left: the child it forked, if the fork worked, is gone; if it did not,
+/// the C code saw the fork refused with EPERM. Threads still work.
+fn nothing_left_of_the_forker(dir: &Path, t: &str) {
+    // 5 s: far more than a SIGKILL's delivery takes even on a loaded machine.
+    let bound = std::time::Duration::from_secs(5);
+    if let Some(cell) = pid_in(&dir.join("cell.pid")) {
+        assert!(gone_within(cell, bound), "the cell process {cell} outlived its run:\n{t}");
+    }
+    if let Some(child) = pid_in(&dir.join("child.pid")) {
+        assert!(gone_within(child, bound), "the process {child} the cell forked outlived the run:\n{t}");
+    }
+    let fork = std::fs::read_to_string(dir.join("fork")).unwrap_or_default();
+    assert_eq!(fork.trim(), format!("-1 {}", libc::EPERM), "the cell's fork is refused with EPERM:\n{t}");
+    assert!(dir.join("thread").is_file(), "a process cell's C code can still start a thread:\n{t}");
+}
+
+#[test]
+fn a_process_cell_cannot_fork_a_process_that_outlives_its_run() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let so = so(dir.path(), "forker", &FORKER.replace("@DIR@", &dir.path().display().to_string()));
+    let file = c_task_scenario(dir.path(), "process", &so, "fork_init", "fork_step");
+    let runtime = dir.path().join("runtime");
+    let o = rtcell()
+        .env("RTCELL_RUNTIME_DIR", &runtime)
+        .arg("run")
+        .arg(&file)
+        .args(["--duration", "2s", "--out"])
+        .arg(dir.path().join("run"))
+        .output()
+        .expect("rtcell runs");
+    let t = text(&o);
+    nothing_left_of_the_forker(dir.path(), &t);
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    let c = outcome_task(&valid_results(&dir.path().join("run")), "ctrl").clone();
+    assert_eq!(c["state"], "done", "the task went on after its fork was refused: {c}\n{t}");
+    assert!(rtcell_host::cpulock::lock_cpus_in(&runtime, &[1]).is_ok(), "CPU 1 is free after the run");
+}
+
+#[test]
+fn a_process_cell_of_a_killed_run_leaves_no_process_behind() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let so = so(dir.path(), "forker", &FORKER.replace("@DIR@", &dir.path().display().to_string()));
+    let file = c_task_scenario(dir.path(), "process", &so, "fork_init", "fork_step");
+    let runtime = dir.path().join("runtime");
+    let mut run = rtcell()
+        .env("RTCELL_RUNTIME_DIR", &runtime)
+        .arg("run")
+        .arg(&file)
+        .args(["--duration", "60s", "--out"])
+        .arg(dir.path().join("run"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("rtcell run starts");
+    let t0 = std::time::Instant::now();
+    while !dir.path().join("fork").is_file() {
+        if let Ok(Some(st)) = run.try_wait() {
+            panic!("the run ended ({st}) before its cell forked");
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = run.kill();
+            let _ = run.wait();
+            panic!("the cell did not reach its fork within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    run.kill().expect("SIGKILL to the run");
+    let _ = run.wait();
+    nothing_left_of_the_forker(dir.path(), "(run killed with SIGKILL)");
+    assert!(rtcell_host::cpulock::lock_cpus_in(&runtime, &[1]).is_ok(), "CPU 1 is free after the killed run");
+}
+
+/// A process cell's C code that, from its 100th step on, rewrites in every step the directory entry of
+/// the Linux-side task `other`'s counters to point at those of the slow task `slow` (the table is found
+/// through /proc/self/maps, as an attacker would).
+const REDIRECT: &str = r#"
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "rtcell.h"
+static volatile uint64_t *w;
+static int n;
+static void find(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    unsigned long a = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (strstr(line, "memfd:scenario-")) { sscanf(line, "%lx", &a); break; }
+    }
+    if (f) fclose(f);
+    w = (volatile uint64_t *)a;
+}
+static volatile uint64_t *entry(const char *name) {
+    uint64_t count = w[1] >> 32;
+    for (uint64_t i = 0; i < count && i < 256; i++) {
+        volatile uint64_t *e = w + 8 + i * 8;
+        if (!strncmp((const char *)e, name, 32)) return e;
+    }
+    return 0;
+}
+void redir_init(void) { find(); }
+void redir_step(void) {
+    double x = 1.0;
+    Com_SendSignal(1, &x);
+    if (!w || ++n < 100) return;
+    volatile uint64_t *from = entry("task.other"), *to = entry("task.slow");
+    if (from && to) { from[5] = to[5]; from[6] = to[6]; from[7] = to[7]; }
+}
+"#;
+
+#[test]
+fn a_process_cell_that_rewrites_the_region_directory_is_named_and_redirects_nothing() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let lib = so(dir.path(), "redirect", REDIRECT);
+    let file = c_task_scenario(dir.path(), "process", &lib, "redir_init", "redir_step");
+    let mut toml = std::fs::read_to_string(&file).unwrap();
+    toml.push_str(
+        "[tasks.slow]\ncell = \"linux\"\nperiod_us = 100000\npriority = 60\nworkload = { kind = \"spin\", us = 5 }\n",
+    );
+    std::fs::write(&file, toml).unwrap();
+    let out = dir.path().join("run");
+    let (code, t) = run_scenario(&file, &[], &out);
+    assert_eq!(code, Some(1), "a run whose directory a cell rewrote fails:\n{t}");
+    assert!(t.contains("directory entry") && t.contains("\"task.other\" was rewritten"), "{t}");
+    let doc = valid_results(&out);
+    let other = outcome_task(&doc, "other");
+    let (cycles, skipped, expected) =
+        (other["cycles"].as_u64().unwrap(), other["skipped"].as_u64().unwrap(), other["expected"].as_u64().unwrap());
+    // Redirected, the report would show `slow`'s counters: about 20 cycles of the 2,000 expected.
+    assert!(
+        cycles + skipped + expected / 100 + 1 >= expected,
+        "the report read task other's own counters, not those the cell pointed it at: {other}\n{t}"
+    );
+}
