@@ -61,31 +61,43 @@ async fn hold_idle(from: std::net::IpAddr, to: std::net::SocketAddr, stop: Arc<A
     }
 }
 
+/// Runs `probe` every 500 ms for 7 s (more than the first-request deadline, so that reconnecting sockets
+/// meet it too) beside 8 addresses x their 16 connections to `to`: as many as a listener's places, each
+/// idle and reconnecting as soon as the gateway closes it. Returns the number of probes.
+async fn beside_flood<F: std::future::Future<Output = ()>>(
+    to: std::net::SocketAddr,
+    mut probe: impl FnMut(usize) -> F,
+) -> usize {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut idle = Vec::new();
+    for a in 2..=9 {
+        for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+            idle.push(tokio::spawn(hold_idle(loopback(a), to, Arc::clone(&stop))));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t0 = Instant::now();
+    let mut n = 0;
+    while t0.elapsed() < Duration::from_secs(7) {
+        probe(n).await;
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in idle {
+        let _ = t.await;
+    }
+    n
+}
+
 #[test]
 fn idle_sockets_from_eight_addresses_reconnecting_never_lock_a_client_with_a_token_out() {
     let (s, addr, sa) = serve_tcp_with_roles();
     rt().block_on(async {
-        let stop = Arc::new(AtomicBool::new(false));
-        // 8 addresses x their 16 connections: as many as the listener's places, reconnecting at once.
-        let mut idle = Vec::new();
-        for a in 2..=9 {
-            for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
-                idle.push(tokio::spawn(hold_idle(loopback(a), sa, Arc::clone(&stop))));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        // Over more than the first-request deadline, so the reconnecting sockets meet the client too.
-        let t0 = Instant::now();
-        let mut n = 0;
-        while t0.elapsed() < Duration::from_secs(7) {
+        let n = beside_flood(sa, |_| async {
             admin_answered(&addr).await;
-            n += 1;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        stop.store(true, Ordering::Relaxed);
-        for t in idle {
-            let _ = t.await;
-        }
+        })
+        .await;
         let text = metrics_of(&mut admin_answered(&addr).await).await;
         assert!(closed(&text, "preauth_full") + closed(&text, "preauth_evicted") >= 1.0, "{text}");
         eprintln!("admin answered {n} of {n} times beside 128 reconnecting idle sockets");
@@ -188,32 +200,17 @@ fn idle_sockets_from_eight_addresses_reconnecting_never_lock_a_scraper_out_of_me
     let url = s.metrics_url();
     let host: std::net::SocketAddr = url.trim_start_matches("http://").split('/').next().unwrap().parse().unwrap();
     rt().block_on(async {
-        let stop = Arc::new(AtomicBool::new(false));
-        // 8 addresses x their 16 connections: the whole listener, reconnecting as soon as closed.
-        let mut idle = Vec::new();
-        for a in 2..=9 {
-            for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
-                idle.push(tokio::spawn(hold_idle(loopback(a), host, Arc::clone(&stop))));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        // Over more than the header deadline, so the reconnecting sockets meet the scraper too.
-        let t0 = Instant::now();
-        let mut n = 0;
-        while t0.elapsed() < Duration::from_secs(7) {
+        let n = beside_flood(host, |n| {
             let u = url.clone();
-            let got = tokio::task::spawn_blocking(move || scrape(&u)).await.unwrap();
-            assert!(
-                got.as_deref().is_ok_and(|l| l.starts_with("HTTP/1.1 200")),
-                "scrape {n} beside 128 reconnecting idle sockets: {got:?}"
-            );
-            n += 1;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        stop.store(true, Ordering::Relaxed);
-        for t in idle {
-            let _ = t.await;
-        }
+            async move {
+                let got = tokio::task::spawn_blocking(move || scrape(&u)).await.unwrap();
+                assert!(
+                    got.as_deref().is_ok_and(|l| l.starts_with("HTTP/1.1 200")),
+                    "scrape {n} beside 128 reconnecting idle sockets: {got:?}"
+                );
+            }
+        })
+        .await;
         let text = metrics_of(&mut admin_answered(&addr).await).await;
         let evicted =
             gw::closed_on(&text, "metrics", "preauth_full") + gw::closed_on(&text, "metrics", "preauth_evicted");

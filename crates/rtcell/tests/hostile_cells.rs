@@ -63,17 +63,15 @@ fn a_process_cell_s_output_is_escaped_attributed_and_rate_limited_never_raw_on_t
     assert!(cycles + c["skipped"].as_u64().unwrap() + expected / 100 + 1 >= expected, "{c}\n{t}");
 }
 
-/// A process cell's C code that finds the region in its address space and writes the end of the
-/// schedule (word 2 of the `sched` block) to "now" at its step 300.
-const ENDNOW: &str = r#"
+/// C that finds the run's region in the cell's address space, as an attacker would (through
+/// /proc/self/maps): `region()` is its first word (NULL if not found), `entry(name)` its directory entry.
+const REGION_C: &str = r#"
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <stdint.h>
 #include <time.h>
 #include "rtcell.h"
-static volatile uint64_t *sched;
-static int n;
-static void find(void) {
+static volatile uint64_t *region(void) {
     FILE *f = fopen("/proc/self/maps", "r");
     char line[512];
     unsigned long a = 0;
@@ -81,25 +79,32 @@ static void find(void) {
         if (strstr(line, "memfd:scenario-")) { sscanf(line, "%lx", &a); break; }
     }
     if (f) fclose(f);
-    if (!a) return;
-    volatile uint64_t *w = (volatile uint64_t *)a;
-    uint64_t cnt = w[1] >> 32;
-    for (uint64_t i = 0; i < cnt; i++) {
-        volatile uint64_t *e = w + 8 + i * 8;
-        if (!strcmp((const char *)e, "sched")) { sched = (volatile uint64_t *)(a + e[5]); return; }
-    }
+    return (volatile uint64_t *)a;
 }
+static volatile uint64_t *entry(volatile uint64_t *w, const char *name) {
+    uint64_t count = w[1] >> 32;
+    for (uint64_t i = 0; i < count && i < 256; i++) {
+        volatile uint64_t *e = w + 8 + i * 8;
+        if (!strncmp((const char *)e, name, 32)) return e;
+    }
+    return 0;
+}
+"#;
+
+/// A process cell's C code (after [`REGION_C`]) that writes the end of the schedule (word 2 of the
+/// `sched` block) to "now" at its step 300.
+const ENDNOW: &str = r#"
+static int n;
 void endnow_init(void) {}
 void endnow_step(void) {
     double x = 1.0;
     Com_SendSignal(1, &x);
-    if (n++ == 300) {
-        find();
-        if (sched) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            sched[2] = (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-        }
+    volatile uint64_t *w = n++ == 300 ? region() : 0;
+    volatile uint64_t *e = w ? entry(w, "sched") : 0;
+    if (e) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        w[e[5] / 8 + 2] = (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
     }
 }
 "#;
@@ -108,7 +113,7 @@ void endnow_step(void) {
 fn a_process_cell_that_moves_the_end_of_the_schedule_is_named_and_cannot_end_the_linux_side() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let so = so(dir.path(), "endnow", ENDNOW);
+    let so = so(dir.path(), "endnow", &format!("{REGION_C}{ENDNOW}"));
     let file = c_task_scenario(dir.path(), "process", &so, "endnow_init", "endnow_step");
     let out = dir.path().join("run");
     let (code, t) = run_scenario(&file, &[], &out);
@@ -273,40 +278,17 @@ fn a_process_cell_of_a_killed_run_leaves_no_process_behind() {
     assert!(rtcell_host::cpulock::lock_cpus_in(&runtime, &[1]).is_ok(), "CPU 1 is free after the killed run");
 }
 
-/// A process cell's C code that, from its 100th step on, rewrites in every step the directory entry of
-/// the Linux-side task `other`'s counters to point at those of the slow task `slow` (the table is found
-/// through /proc/self/maps, as an attacker would).
+/// A process cell's C code (after [`REGION_C`]) that, from its 100th step on, rewrites in every step the
+/// directory entry of the Linux-side task `other`'s counters to point at those of the slow task `slow`.
 const REDIRECT: &str = r#"
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-#include "rtcell.h"
 static volatile uint64_t *w;
 static int n;
-static void find(void) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[512];
-    unsigned long a = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        if (strstr(line, "memfd:scenario-")) { sscanf(line, "%lx", &a); break; }
-    }
-    if (f) fclose(f);
-    w = (volatile uint64_t *)a;
-}
-static volatile uint64_t *entry(const char *name) {
-    uint64_t count = w[1] >> 32;
-    for (uint64_t i = 0; i < count && i < 256; i++) {
-        volatile uint64_t *e = w + 8 + i * 8;
-        if (!strncmp((const char *)e, name, 32)) return e;
-    }
-    return 0;
-}
-void redir_init(void) { find(); }
+void redir_init(void) { w = region(); }
 void redir_step(void) {
     double x = 1.0;
     Com_SendSignal(1, &x);
     if (!w || ++n < 100) return;
-    volatile uint64_t *from = entry("task.other"), *to = entry("task.slow");
+    volatile uint64_t *from = entry(w, "task.other"), *to = entry(w, "task.slow");
     if (from && to) { from[5] = to[5]; from[6] = to[6]; from[7] = to[7]; }
 }
 "#;
@@ -315,7 +297,7 @@ void redir_step(void) {
 fn a_process_cell_that_rewrites_the_region_directory_is_named_and_redirects_nothing() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let lib = so(dir.path(), "redirect", REDIRECT);
+    let lib = so(dir.path(), "redirect", &format!("{REGION_C}{REDIRECT}"));
     let file = c_task_scenario(dir.path(), "process", &lib, "redir_init", "redir_step");
     let mut toml = std::fs::read_to_string(&file).unwrap();
     toml.push_str(
