@@ -272,6 +272,7 @@ impl<'a> RegionView<'a> {
     /// A view of `words` whose channels are located from `entries` (a private copy of the table,
     /// each entry validated against `total` bytes), never from the live table. A mapping shorter than
     /// `total` holds no channels.
+    #[cfg(all(feature = "std", not(loom)))]
     pub(crate) fn from_private(words: &'a [AtomicU64], total: usize, entries: &'a [ChannelEntry]) -> RegionView<'a> {
         if words.len() * 8 < total {
             return RegionView { words, count: 0, private: Some(&[]) };
@@ -494,6 +495,7 @@ pub mod layout {
 
         /// The run's own copy of the directory `init` writes (for `creator_pid`): the Linux side locates
         /// every channel from it, never from the live table a cell can rewrite.
+        #[cfg(not(loom))]
         pub fn directory(&self, creator_pid: u32) -> Result<crate::directory::Directory, LayoutError> {
             let (table, _, total) = self.table(creator_pid);
             crate::directory::Directory::from_table(table, total).map_err(|e| LayoutError(e.to_string()))
