@@ -41,7 +41,7 @@ pub fn probe_c_task_until(
         cmd.arg("--init").arg(i);
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    crate::pass_region(&mut cmd, fd);
+    crate::pass_region(&mut cmd, fd).map_err(|e| format!("cannot start the trial of {library}: {e}"))?;
     let mut child = cmd.spawn().map_err(|e| format!("cannot start the trial of {library}: {e}"))?;
     let t0 = Instant::now();
     let status = loop {
@@ -104,6 +104,10 @@ pub fn c_probe_main(fd: i32, library: &str, init: Option<&str>, step: &str, com:
             return 2;
         }
     };
+    if let Err(e) = crate::confine::Filter::lockdown().install() {
+        eprintln!("cannot confine the trial (seccomp): {e}");
+        return 2;
+    }
     match rtcell_tasks::cwork::probe(&region, library, init, step, com) {
         Ok(()) => 0,
         Err(e) => {

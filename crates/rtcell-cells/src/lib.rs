@@ -2,8 +2,9 @@
 //!
 //! - `thread`: a pinned SCHED_FIFO thread in this process, memory locked, stack prefaulted.
 //! - `process`: the same binary re-executed in cell mode (`rtcell __cell`), sharing the region through an
-//!   inherited memfd; it dies with its parent (PR_SET_PDEATHSIG) and cannot make processes of its own
-//!   (a seccomp filter, [`nofork`]), so a run, ended or killed, leaves nothing behind.
+//!   inherited memfd; it dies with its parent (PR_SET_PDEATHSIG) and cannot make processes of its own,
+//!   exec, drop its death signal or reach into rtcell ([`confine`]), so a run, ended or killed, leaves
+//!   nothing behind.
 //!   Its standard output and error are the peer's text: escaped and shown as the cell's ([`output`]).
 //! - `kvm`: a micro-VM running a bare-metal payload on a vCPU pinned to the cell CPU (`rtcell-kvm`); the
 //!   region is mapped into it, read-only where it must not write.
@@ -11,9 +12,9 @@
 //! Supervisor and cell see each other only through the cell's control block in the shared region.
 
 pub mod activation;
+pub mod confine;
 pub mod control;
 pub mod cprobe;
-pub mod nofork;
 pub mod output;
 pub mod workload;
 
@@ -587,7 +588,7 @@ fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<(Child, output::
     let (read, write) = output::pipe().map_err(err)?;
     let write2 = write.try_clone().map_err(err)?;
     cmd.stdin(Stdio::null()).stdout(Stdio::from(write)).stderr(Stdio::from(write2));
-    pass_region(&mut cmd, fd);
+    pass_region(&mut cmd, fd).map_err(err)?;
     let child = cmd.spawn().map_err(err)?;
     // Our copies of the write end go with `cmd`: the pipe closes when the cell's do.
     drop(cmd);
@@ -603,10 +604,15 @@ fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<(Child, output::
 }
 
 /// Makes a child of `cmd` keep the region's descriptor `fd` across exec, die with this process rather
-/// than spin orphaned, and never make a process of its own ([`nofork`]): the child runs user C code, and
-/// a process it forked would outlive the run (the death signal is not inherited across fork).
-pub(crate) fn pass_region(cmd: &mut Command, fd: i32) {
-    let filter = nofork::NoFork::new();
+/// than spin orphaned, and never make a process of its own or reach into this one ([`confine`]): the
+/// child runs user C code, and a process it forked would outlive the run (the death signal is not
+/// inherited across fork).
+pub(crate) fn pass_region(cmd: &mut Command, fd: i32) -> std::io::Result<()> {
+    static PROTECTED: std::sync::Once = std::sync::Once::new();
+    let mut protected = Ok(());
+    PROTECTED.call_once(|| protected = confine::protect_parent());
+    protected?;
+    let filter = confine::Filter::no_fork();
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
     // functions (fcntl, prctl, seccomp) on values built before the fork.
     unsafe {
@@ -614,9 +620,11 @@ pub(crate) fn pass_region(cmd: &mut Command, fd: i32) {
             if libc::fcntl(fd, libc::F_SETFD, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            confine::drop_capabilities()?;
             filter.install()
         });
     }
+    Ok(())
 }
 
 /// Entry of a process cell (`rtcell __cell --fd N --parent PID --spec JSON`). Returns the exit code.
@@ -660,6 +668,11 @@ pub fn process_cell_main(fd: i32, parent: u32, spec_json: &str) -> i32 {
             return 2;
         }
     };
+    // Before any user code is loaded: no exec, no change of the death signal, no reach into rtcell.
+    if let Err(e) = confine::Filter::lockdown().install() {
+        ctl.finish(CellState::Faulted, 1, &format!("cannot confine the cell (seccomp): {e}"));
+        return 1;
+    }
     cell_body(&spec, &region, &ctl);
     match ctl.state() {
         Ok(CellState::Faulted) => 1,

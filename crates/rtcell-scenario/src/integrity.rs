@@ -34,7 +34,7 @@ impl<'a> DirectoryGuard<'a> {
         self.region.restore_directory();
         for c in changes {
             let key = match &c {
-                rtcell_shm::DirectoryChange::Header { .. } => "(header)".to_string(),
+                rtcell_shm::DirectoryChange::Header { word, .. } => format!("(header word {word})"),
                 rtcell_shm::DirectoryChange::Entry { name, .. } => name.clone(),
             };
             if self.reported.contains(&key) {

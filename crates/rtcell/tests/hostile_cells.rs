@@ -136,7 +136,9 @@ fn a_process_cell_that_moves_the_end_of_the_schedule_is_named_and_cannot_end_the
 /// errno), `child.pid` (written by the child, if there is one).
 const FORKER: &str = r#"
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -180,6 +182,19 @@ void fork_step(void) {
         char b[64];
         snprintf(b, sizeof b, "%d %d\n", (int)p, p < 0 ? errno : 0);
         note("fork", b);
+    } else if (n == 7) {
+        /* From the step thread: an exec here would leave a process without the death signal. */
+        char *argv[] = {"sleep", "60", NULL};
+        int r = execv("/bin/sleep", argv);
+        char b[64];
+        snprintf(b, sizeof b, "%d %d\n", r, errno);
+        note("exec", b);
+    } else if (n == 9) {
+        char path[64], b[64];
+        snprintf(path, sizeof path, "/proc/%d/mem", (int)getppid());
+        int fd = open(path, O_RDWR);
+        snprintf(b, sizeof b, "%d %d %d\n", fd < 0 ? -1 : 0, fd < 0 ? errno : 0, prctl(PR_SET_PDEATHSIG, 0));
+        note("mem", b);
     }
 }
 "#;
@@ -218,6 +233,14 @@ fn nothing_left_of_the_forker(dir: &Path, t: &str) {
     let fork = std::fs::read_to_string(dir.join("fork")).unwrap_or_default();
     assert_eq!(fork.trim(), format!("-1 {}", libc::EPERM), "the cell's fork is refused with EPERM:\n{t}");
     assert!(dir.join("thread").is_file(), "a process cell's C code can still start a thread:\n{t}");
+    let exec = std::fs::read_to_string(dir.join("exec")).unwrap_or_default();
+    assert_eq!(exec.trim(), format!("-1 {}", libc::EPERM), "the cell's exec is refused with EPERM:\n{t}");
+    let mem = std::fs::read_to_string(dir.join("mem")).unwrap_or_default();
+    let refused = [libc::EACCES, libc::EPERM].map(|e| format!("-1 {e} -1"));
+    assert!(
+        refused.contains(&mem.trim().to_string()),
+        "rtcell's memory cannot be opened (EACCES or EPERM) and the death signal not dropped, got {mem:?}:\n{t}"
+    );
 }
 
 #[test]
@@ -261,14 +284,14 @@ fn a_process_cell_of_a_killed_run_leaves_no_process_behind() {
         .spawn()
         .expect("rtcell run starts");
     let t0 = std::time::Instant::now();
-    while !dir.path().join("fork").is_file() {
+    while !dir.path().join("mem").is_file() {
         if let Ok(Some(st)) = run.try_wait() {
-            panic!("the run ended ({st}) before its cell forked");
+            panic!("the run ended ({st}) before its cell tried fork, exec and /proc/PPID/mem");
         }
         if t0.elapsed() > std::time::Duration::from_secs(60) {
             let _ = run.kill();
             let _ = run.wait();
-            panic!("the cell did not reach its fork within 60 s");
+            panic!("the cell did not reach its step 9 within 60 s");
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

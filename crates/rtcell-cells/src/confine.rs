@@ -1,0 +1,279 @@
+//! What a process cell may not do, enforced by the kernel: two seccomp filters and a smaller capability
+//! bounding set, and rtcell itself made non-dumpable.
+//!
+//! 1. **No process of its own** ([`Filter::no_fork`], installed in the child before it executes the cell, or the
+//!    trial of a C task, `cprobe`): a process the cell forked could `setsid()`, escape the death signal
+//!    (it is not inherited across fork) and keep the cell's SCHED_FIFO priority, CPU and descriptors after
+//!    the run. Refused: `fork`, `vfork`, and `clone` without `CLONE_THREAD` (`EPERM`, so `fork()`,
+//!    `system()`, `popen()`, `posix_spawn()` fail); `clone3` (`ENOSYS`: its flags are behind a pointer the
+//!    filter cannot read; glibc then falls back to `clone`, so `pthread_create` keeps working); any system
+//!    call of another ABI (32-bit `int 0x80`, x32: `EPERM`).
+//! 2. **No way out of its death signal or into another process** ([`Filter::lockdown`], installed by the cell
+//!    process itself once it runs, before any user code is loaded): `execve` and `execveat` (an exec from
+//!    a thread other than the main one drops the death signal, which belongs to the main thread),
+//!    `prctl(PR_SET_PDEATHSIG, ...)`, `ptrace`, `process_vm_readv` and `process_vm_writev` (which would
+//!    let it act inside rtcell) are `EPERM`.
+//! 3. **No way into rtcell's memory through /proc**: the capabilities in [`DROPPED_CAPS`] (`CAP_SYS_PTRACE`
+//!    among them) leave the bounding set of the cell before it executes, and rtcell makes itself
+//!    non-dumpable ([`protect_parent`]), so `/proc/<rtcell>/mem` and its descriptors need a capability the
+//!    cell no longer has.
+//!
+//! Filters are inherited by threads and kept across `execve`, and cannot be removed; `PR_SET_NO_NEW_PRIVS`
+//! (required to install one without CAP_SYS_ADMIN) also keeps a set-user-ID program from lifting them.
+//! A kernel without seccomp filters makes starting a process cell fail, never run unfiltered.
+//! What stays: a cell runs as rtcell's user, with that user's files and signals (see the README).
+//! Why hand-written BPF rather than a crate (seccompiler): the programs are two dozen instructions, need
+//! two different errnos in one filter, and must be installed between fork and exec without allocating.
+
+/// `AUDIT_ARCH_*` of the ABI the filter lets through.
+#[cfg(target_arch = "x86_64")]
+const ARCH: u32 = 0xC000_003E;
+#[cfg(target_arch = "aarch64")]
+const ARCH: u32 = 0xC000_00B7;
+
+/// System calls that only make processes (besides `clone`, checked by flag, and `clone3`).
+#[cfg(target_arch = "x86_64")]
+const FORKS: &[libc::c_long] = &[libc::SYS_fork, libc::SYS_vfork];
+#[cfg(target_arch = "aarch64")]
+const FORKS: &[libc::c_long] = &[];
+
+/// Offsets in `struct seccomp_data`: the call number, the ABI, the low half of the first argument.
+const NR: u32 = 0;
+const AUDIT_ARCH: u32 = 4;
+const ARG0_LOW: u32 = 16;
+/// x32 system calls carry this bit in their number.
+const X32_BIT: u32 = 0x4000_0000;
+
+fn stmt(code: u32, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code: code as u16, jt: 0, jf: 0, k }
+}
+
+fn jump(op: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter { code: (libc::BPF_JMP | op | libc::BPF_K) as u16, jt, jf, k }
+}
+
+fn load(offset: u32) -> libc::sock_filter {
+    stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, offset)
+}
+
+fn ret(action: u32) -> libc::sock_filter {
+    stmt(libc::BPF_RET | libc::BPF_K, action)
+}
+
+fn errno(e: i32) -> u32 {
+    libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA)
+}
+
+/// The start of every program: a call of another ABI is refused, and the call number is loaded.
+fn prologue() -> Vec<libc::sock_filter> {
+    let eperm = errno(libc::EPERM);
+    vec![
+        load(AUDIT_ARCH),
+        jump(libc::BPF_JEQ, ARCH, 1, 0),
+        ret(eperm),
+        load(NR),
+        jump(libc::BPF_JGE, X32_BIT, 0, 1),
+        ret(eperm),
+    ]
+}
+
+/// Refuses call `nr` with `e` (the call number loaded).
+fn refuse(nr: libc::c_long, e: i32) -> [libc::sock_filter; 2] {
+    [jump(libc::BPF_JEQ, nr as u32, 0, 1), ret(errno(e))]
+}
+
+/// A filter program, built before the fork (installing it must not allocate).
+pub struct Filter {
+    program: Vec<libc::sock_filter>,
+}
+
+impl Filter {
+    /// Filter 1: no process of its own (see the module's documentation).
+    pub fn no_fork() -> Filter {
+        let mut p = prologue();
+        for nr in FORKS {
+            p.extend(refuse(*nr, libc::EPERM));
+        }
+        p.extend(refuse(libc::SYS_clone3, libc::ENOSYS));
+        // clone: a thread of this process (CLONE_THREAD) is allowed, anything else refused.
+        p.extend([
+            jump(libc::BPF_JEQ, libc::SYS_clone as u32, 0, 3),
+            load(ARG0_LOW),
+            jump(libc::BPF_JSET, libc::CLONE_THREAD as u32, 1, 0),
+            ret(errno(libc::EPERM)),
+            ret(libc::SECCOMP_RET_ALLOW),
+        ]);
+        Filter { program: p }
+    }
+
+    /// Filter 2: no exec, no change of the death signal, no reach into another process.
+    pub fn lockdown() -> Filter {
+        let mut p = prologue();
+        for nr in [
+            libc::SYS_execve,
+            libc::SYS_execveat,
+            libc::SYS_ptrace,
+            libc::SYS_process_vm_readv,
+            libc::SYS_process_vm_writev,
+        ] {
+            p.extend(refuse(nr, libc::EPERM));
+        }
+        // prctl: PR_SET_PDEATHSIG refused (the option is an int: the low half of the argument).
+        p.extend([
+            jump(libc::BPF_JEQ, libc::SYS_prctl as u32, 0, 3),
+            load(ARG0_LOW),
+            jump(libc::BPF_JEQ, libc::PR_SET_PDEATHSIG as u32, 0, 1),
+            ret(errno(libc::EPERM)),
+            ret(libc::SECCOMP_RET_ALLOW),
+        ]);
+        Filter { program: p }
+    }
+
+    /// Installs the filter on the calling thread (and what it executes and creates from then on).
+    /// Async-signal-safe: fit for a `pre_exec` closure.
+    pub fn install(&self) -> std::io::Result<()> {
+        let prog = libc::sock_fprog {
+            len: self.program.len() as libc::c_ushort,
+            filter: self.program.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `prog` points at our program, alive for the call; the kernel copies it.
+        let r = unsafe {
+            libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &prog as *const libc::sock_fprog)
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Capabilities a process cell never has (dropped from its bounding set before it executes): tracing
+/// and reading other processes, kernel modules, raw I/O, reboot, BPF, perf, security modules.
+pub const DROPPED_CAPS: &[u32] = &[
+    19, // CAP_SYS_PTRACE
+    16, // CAP_SYS_MODULE
+    17, // CAP_SYS_RAWIO
+    22, // CAP_SYS_BOOT
+    32, // CAP_MAC_OVERRIDE
+    33, // CAP_MAC_ADMIN
+    38, // CAP_PERFMON
+    39, // CAP_BPF
+];
+
+/// Drops [`DROPPED_CAPS`] from the calling thread's bounding set. Async-signal-safe (a `pre_exec`
+/// closure). A capability this kernel does not know (`EINVAL`) is not there to drop; without
+/// `CAP_SETPCAP` (`EPERM`, rtcell not root) the cell gets no capabilities from exec anyway.
+pub fn drop_capabilities() -> std::io::Result<()> {
+    for &cap in DROPPED_CAPS {
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if !matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EPERM)) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Makes this process (rtcell) non-dumpable, so that a process cell without `CAP_SYS_PTRACE` cannot
+/// open its `/proc/<pid>/mem`, descriptors or maps, even as the same user. Done once, before the first
+/// process cell starts; an exec (a cell's) makes the new program dumpable again.
+pub fn protect_parent() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In a forked child (the filter stays there): threads work, no kind of fork does.
+    #[test]
+    fn a_filtered_process_makes_threads_but_no_process() {
+        let filter = Filter::no_fork();
+        // SAFETY: the child only runs the checks below and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = (|| {
+                if filter.install().is_err() {
+                    return 10;
+                }
+                if std::thread::spawn(|| 7).join().ok() != Some(7) {
+                    return 11;
+                }
+                // SAFETY: fork/vfork-like calls that the filter refuses; nothing runs in a child.
+                unsafe {
+                    if libc::fork() != -1 || *libc::__errno_location() != libc::EPERM {
+                        return 12;
+                    }
+                    if libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) != -1 {
+                        return 13;
+                    }
+                    if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || *libc::__errno_location() != libc::ENOSYS {
+                        return 14;
+                    }
+                }
+                if std::process::Command::new("true").status().is_ok() {
+                    return 15;
+                }
+                0
+            })();
+            // SAFETY: leaving the forked child without running the parent's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child we forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "status {status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "see the return codes in the child");
+    }
+
+    /// In a forked child: after the lockdown, no exec, no change of the death signal, no ptrace; other
+    /// prctl options still work.
+    #[test]
+    fn a_locked_down_process_cannot_exec_or_drop_its_death_signal() {
+        let filter = Filter::lockdown();
+        let path = std::ffi::CString::new("/bin/true").unwrap();
+        let argv = [path.as_ptr(), std::ptr::null()];
+        // SAFETY: the child only runs the checks below and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: prctl, execv and ptrace with valid arguments; execv never returns on success.
+            let code = unsafe {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || filter.install().is_err() {
+                    20
+                } else if libc::prctl(libc::PR_SET_PDEATHSIG, 0) != -1 || *libc::__errno_location() != libc::EPERM {
+                    21
+                } else if libc::execv(path.as_ptr(), argv.as_ptr()) != -1 || *libc::__errno_location() != libc::EPERM {
+                    22
+                } else if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != -1 {
+                    23
+                } else {
+                    let mut sig = 0;
+                    if libc::prctl(libc::PR_GET_PDEATHSIG, &mut sig as *mut i32) != 0 || sig != libc::SIGKILL {
+                        24
+                    } else {
+                        0
+                    }
+                }
+            };
+            // SAFETY: leaving the forked child without running the parent's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child we forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "status {status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "see the return codes in the child");
+    }
+}
