@@ -350,14 +350,16 @@ where
         let method = method_of(req.uri().path()).to_string();
         let refused = match self.access.identify(self.on, req.headers(), req.extensions()) {
             Err(status) => {
-                // Counted per connection (closed after a few) and per address, audited in aggregate.
-                if let Some(line) = self.conns.auth_failed(req.extensions()) {
-                    let mut what = serde_json::json!({ "count": line.count, "method": method });
-                    if line.other_addresses > 0 {
-                        what["other_addresses"] = line.other_addresses.into();
-                    }
-                    self.gateway.audit.log(&format!("tcp {}", line.ip), "unauthenticated", what, &Err(status.clone()));
-                }
+                // Counted per connection (closed after a few) and audited in aggregate.
+                self.conns.auth_failed(req.extensions());
+                let client = crate::conn::peer_of(req.extensions())
+                    .map_or_else(|| format!("{:?}", self.on).to_lowercase(), |p| format!("tcp {}", p.ip()));
+                self.gateway.audit.refused(
+                    &client,
+                    "unauthenticated",
+                    serde_json::json!({ "method": method }),
+                    &status,
+                );
                 status
             }
             Ok(caller) => match self.conns.admit(req.extensions_mut(), &caller.key) {
@@ -400,11 +402,11 @@ impl<S> Authorized<S> {
             "{method} needs the {need} role; this client ({}) has the {} role",
             caller.id, caller.role
         ));
-        self.gateway.audit.log(
+        self.gateway.audit.refused(
             &caller.id,
             "denied",
             serde_json::json!({ "method": method, "role": caller.role.as_str(), "needs": need.as_str() }),
-            &Err(status.clone()),
+            &status,
         );
         Box::pin(async move { Ok(status.into_http()) })
     }

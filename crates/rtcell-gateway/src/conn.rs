@@ -4,7 +4,7 @@
 //! client that stopped reading its streams).
 //!
 //! TCP only (the Unix socket's peers are the server's own user): connections not yet authenticated
-//! ("pending"; on the `/metrics` listener, which authenticates nobody, those not yet answered once, see
+//! ("pending"; on the `/metrics` listener, which authenticates nobody, all of them, see
 //! [`Conns::answered`]) hold at most [`MAX_PREAUTH`] of the listener's places, so authenticated clients
 //! always have the other half; when those are taken a new connection takes the place of the oldest
 //! unauthenticated one of the address holding the most (so addresses that hold many cannot keep out one
@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::share::{Share, Shares};
 
@@ -43,69 +43,6 @@ pub const MAX_CONNECTIONS_PER_IDENTITY: usize = 16;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Failed authentications after which a connection is closed.
 pub const MAX_AUTH_FAILURES: u32 = 8;
-/// At most one audit line about failed authentications per address in this time.
-pub const AUTH_FAILURE_AUDIT_EVERY: Duration = Duration::from_secs(1);
-/// At most this many audit lines about failed authentications per [`AUTH_FAILURE_AUDIT_EVERY`], all
-/// addresses together; an address over it keeps its count for its next line.
-pub const MAX_AUTH_AUDIT_LINES: u32 = 16;
-/// Addresses whose failed authentications are counted apart; beyond it the addresses without a recent
-/// line are forgotten and their failures carried, unattributed, to the next line.
-const MAX_FAILING_ADDRESSES: usize = 4096;
-
-/// Failed authentications not yet audited.
-#[derive(Default)]
-struct Failures {
-    /// Address → (failures since its last line, time of that line).
-    by_ip: HashMap<IpAddr, (u64, Option<Instant>)>,
-    /// Start of the current window of [`MAX_AUTH_AUDIT_LINES`], and the lines written in it.
-    window: Option<(Instant, u32)>,
-    /// Failures of forgotten addresses, for the next line.
-    unattributed: u64,
-}
-
-impl Failures {
-    /// One failed authentication from `ip` at `now`: the audit line, if one is due.
-    fn record(&mut self, ip: IpAddr, now: Instant) -> Option<FailureLine> {
-        let recent = |at: &Option<Instant>| at.is_some_and(|t| now.duration_since(t) < AUTH_FAILURE_AUDIT_EVERY);
-        if self.by_ip.len() >= MAX_FAILING_ADDRESSES && !self.by_ip.contains_key(&ip) {
-            // Many addresses: forget those without a recent line, their failures carried unattributed.
-            let mut carried = 0;
-            self.by_ip.retain(|_, (n, at)| {
-                let keep = recent(at);
-                if !keep {
-                    carried += *n;
-                }
-                keep
-            });
-            self.unattributed += carried;
-        }
-        let (n, at) = self.by_ip.entry(ip).or_insert((0, None));
-        *n += 1;
-        if recent(at) {
-            return None;
-        }
-        let lines = match &mut self.window {
-            Some((start, lines)) if now.duration_since(*start) < AUTH_FAILURE_AUDIT_EVERY => lines,
-            w => &mut w.insert((now, 0)).1,
-        };
-        if *lines >= MAX_AUTH_AUDIT_LINES {
-            return None;
-        }
-        *lines += 1;
-        *at = Some(now);
-        Some(FailureLine { ip, count: std::mem::take(n), other_addresses: std::mem::take(&mut self.unattributed) })
-    }
-}
-
-/// An audit line about failed authentications that is due.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FailureLine {
-    pub ip: IpAddr,
-    /// Failures from `ip` since its last line.
-    pub count: u64,
-    /// Failures of addresses forgotten since the last line (more than 4096 failing at once).
-    pub other_addresses: u64,
-}
 /// A connection refused after a request is closed this long after it, so that the refusal reaches
 /// the client first.
 const CLOSE_AFTER_REFUSAL: Duration = Duration::from_millis(500);
@@ -239,8 +176,6 @@ pub struct Conns {
     per_ip: Arc<Shares<IpAddr>>,
     per_identity: Arc<Shares<String>>,
     pending: Mutex<Pending>,
-    /// Failed authentications per address not yet in the audit log, and when the last line was written.
-    failed: Mutex<Failures>,
     pub closed: Arc<ClosedCounters>,
 }
 
@@ -259,7 +194,6 @@ impl Conns {
             per_ip: Shares::new(MAX_CONNECTIONS_PER_ADDRESS),
             per_identity: Shares::new(MAX_CONNECTIONS_PER_IDENTITY),
             pending: Mutex::default(),
-            failed: Mutex::default(),
             closed,
         })
     }
@@ -350,10 +284,11 @@ impl Conns {
         })
     }
 
-    /// A request on `conn` from `peer` was answered on a listener that authenticates nobody (`/metrics`):
-    /// the connection is no longer pending, as a gRPC connection is once admitted.
-    pub fn answered(&self, peer: SocketAddr, conn: &Conn) {
-        self.leave_pending(peer.ip(), conn);
+    /// A request on `conn` was answered on a listener that authenticates nobody (`/metrics`): its
+    /// first-request deadline is lifted, but it stays among the pending connections for its whole life
+    /// (there is no identity to cap it by), so that a newcomer from an address holding fewer always
+    /// finds a place: answered keep-alive connections of a few addresses cannot fill the listener.
+    pub fn answered(&self, conn: &Conn) {
         conn.admit();
     }
 
@@ -365,19 +300,18 @@ impl Conns {
         }
     }
 
-    /// A request failed authentication: counted on its connection (closed after
-    /// [`MAX_AUTH_FAILURES`]) and for its address. Returns the audit line when one is due: at most one
-    /// per address per [`AUTH_FAILURE_AUDIT_EVERY`], and [`MAX_AUTH_AUDIT_LINES`] in all, each with the
-    /// failures since the address's last line (none is lost, only carried to a later line).
-    pub fn auth_failed(&self, ext: &http::Extensions) -> Option<FailureLine> {
-        if let Some(c) = self.conn_of(ext)
-            && c.0.failures.fetch_add(1, Ordering::AcqRel) + 1 == MAX_AUTH_FAILURES
-        {
+    /// A request failed authentication: counted on its connection, which is closed after
+    /// [`MAX_AUTH_FAILURES`] (once the last refusal has reached the client) and at once on any
+    /// further request.
+    pub fn auth_failed(&self, ext: &http::Extensions) {
+        let Some(c) = self.conn_of(ext) else { return };
+        let n = c.0.failures.fetch_add(1, Ordering::AcqRel) + 1;
+        if n == MAX_AUTH_FAILURES {
             self.closed.auth_failures.fetch_add(1, Ordering::Relaxed);
             c.close_soon();
+        } else if n > MAX_AUTH_FAILURES {
+            c.close();
         }
-        let ip = peer_of(ext)?.ip();
-        self.failed.lock().ok()?.record(ip, Instant::now())
     }
 
     /// Admits the connection a request came on (call it once the request has passed authentication)
@@ -549,56 +483,5 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ip(n: u32) -> IpAddr {
-        IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n))
-    }
-
-    #[test]
-    fn failure_lines_are_capped_per_address_and_in_all_and_lose_no_failure() {
-        let mut f = Failures::default();
-        let t0 = Instant::now();
-        let mut lines = Vec::new();
-        // 100 addresses failing 3 times each within the window: 16 lines, the first failure of each.
-        for k in 0..3 {
-            for a in 0..100 {
-                lines.extend(f.record(ip(a), t0 + Duration::from_millis(k)));
-            }
-        }
-        assert_eq!(lines.len(), MAX_AUTH_AUDIT_LINES as usize);
-        assert!(lines.iter().all(|l| l.count == 1 && l.other_addresses == 0), "{lines:?}");
-        // A window later: every address has its line again, carrying what it was not audited for.
-        let later = t0 + AUTH_FAILURE_AUDIT_EVERY * 2;
-        let mut total: u64 = lines.iter().map(|l| l.count).sum();
-        for w in 0..8 {
-            for a in 0..100 {
-                if let Some(l) = f.record(ip(a), later + AUTH_FAILURE_AUDIT_EVERY * w) {
-                    total += l.count;
-                }
-            }
-        }
-        let pending: u64 = f.by_ip.values().map(|(n, _)| n).sum();
-        assert_eq!(total + pending, 300 + 800, "every failure is in a line or still counted");
-    }
-
-    #[test]
-    fn failures_of_forgotten_addresses_reach_the_next_line() {
-        let mut f = Failures::default();
-        let t0 = Instant::now();
-        for a in 0..MAX_FAILING_ADDRESSES as u32 {
-            f.record(ip(a), t0);
-        }
-        let audited = MAX_AUTH_AUDIT_LINES as u64;
-        let later = t0 + AUTH_FAILURE_AUDIT_EVERY * 2;
-        let line = f.record(ip(1 << 20), later).expect("a line is due");
-        assert_eq!(line.count, 1);
-        assert_eq!(line.other_addresses, MAX_FAILING_ADDRESSES as u64 - audited, "{line:?}");
-        assert_eq!(f.by_ip.len(), 1);
     }
 }

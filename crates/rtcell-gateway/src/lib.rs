@@ -30,6 +30,7 @@ pub mod snapshot;
 pub mod start;
 pub mod state;
 pub mod streams;
+pub mod tally;
 pub mod write;
 
 /// The generated messages and services of package `rtcell.v1`.

@@ -2,10 +2,10 @@
 //! The same limits as the gRPC listeners: [`MAX_CONNECTIONS`](crate::server::MAX_CONNECTIONS) open,
 //! [`MAX_CONNECTIONS_PER_ADDRESS`](crate::conn::MAX_CONNECTIONS_PER_ADDRESS) per address, and a
 //! request's headers within [`AUTH_DEADLINE`](crate::conn::AUTH_DEADLINE) of accept or of the previous
-//! answer. Connections not yet answered once are "pending": they hold at most
+//! answer. Every connection is "pending" (nobody authenticates here): they hold at most
 //! [`MAX_PREAUTH`](crate::conn::MAX_PREAUTH) places, and when those are taken a new connection takes
-//! the place of the oldest pending one of the address holding the most, as on the gRPC listeners
-//! (the same [`Conns`]). Closed connections are counted apart from the gRPC listeners'.
+//! the place of the oldest one of the address holding the most, as unauthenticated connections on the
+//! gRPC listeners (the same [`Conns`]). Closed connections are counted apart from the gRPC listeners'.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -60,7 +60,7 @@ pub async fn serve(l: tokio::net::TcpListener, gateway: Arc<Gateway>, mut stop: 
                 let (g, cs, conn) = (Arc::clone(&g), Arc::clone(&cs), conn.clone());
                 async move {
                     let r = answer(g, req).await;
-                    cs.answered(peer, &conn);
+                    cs.answered(&conn);
                     r
                 }
             });

@@ -100,23 +100,39 @@ impl RateLimit {
 pub struct Audit {
     file: Option<Mutex<std::fs::File>>,
     path: Option<PathBuf>,
+    /// Refusals a client can repeat in a loop, written in aggregate ([`crate::tally`]).
+    refusals: crate::tally::Tally,
 }
 
 impl Audit {
     pub fn open(path: Option<&Path>) -> Result<Audit, String> {
         let Some(p) = path else {
-            return Ok(Audit { file: None, path: None });
+            return Ok(Audit { file: None, path: None, refusals: Default::default() });
         };
         let f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(p)
             .map_err(|e| format!("audit log {}: {e}", p.display()))?;
-        Ok(Audit { file: Some(Mutex::new(f)), path: Some(p.to_owned()) })
+        Ok(Audit { file: Some(Mutex::new(f)), path: Some(p.to_owned()), refusals: Default::default() })
     }
 
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
+    }
+
+    /// A refusal a client can repeat in a loop (a wrong token, a call above its role): counted, and
+    /// written with the others of the last second by [`Audit::flush_refusals`].
+    pub fn refused(&self, client: &str, action: &'static str, what: serde_json::Value, result: &Status) {
+        self.refusals.add(client, action, bounded(what), result);
+    }
+
+    /// Writes the refusals counted since the last call (the gateway calls it every
+    /// [`crate::tally::FLUSH_EVERY`] and when it stops).
+    pub fn flush_refusals(&self) {
+        for (client, action, what, result) in self.refusals.take() {
+            self.log(&client, action, what, &Err(result));
+        }
     }
 
     pub fn log(&self, client: &str, action: &str, what: serde_json::Value, result: &Result<String, Status>) {

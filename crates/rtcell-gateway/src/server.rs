@@ -61,6 +61,8 @@ pub struct ServeOptions {
 /// A running gateway; dropping it stops the listeners.
 pub struct Running {
     rt: Option<tokio::runtime::Runtime>,
+    /// For the last flush of the refusals counted (the audit log).
+    gateway: Arc<Gateway>,
     shutdown: tokio::sync::watch::Sender<bool>,
     /// The addresses really bound (TCP port 0 resolved).
     pub bound: Vec<Addr>,
@@ -74,6 +76,7 @@ impl Running {
         if let Some(rt) = self.rt.take() {
             rt.shutdown_timeout(Duration::from_secs(2));
         }
+        self.gateway.audit.flush_refusals();
         for a in &self.bound {
             if let Addr::Unix(p) = a {
                 let _ = std::fs::remove_file(p);
@@ -88,6 +91,7 @@ impl Drop for Running {
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
+        self.gateway.audit.flush_refusals();
     }
 }
 
@@ -188,9 +192,21 @@ pub fn start(gateway: Arc<Gateway>, opts: &ServeOptions) -> Result<Running, Stri
             metrics_bound = Some(l.local_addr().map_err(|e| format!("{m}: {e}"))?);
             tokio::spawn(crate::metrics_http::serve(l, Arc::clone(&gateway), rx.clone()));
         }
+        // Refusals a client can repeat (wrong token, a call above its role) go to the audit log in
+        // aggregate, once a second (crate::tally).
+        let (g, mut stop) = (Arc::clone(&gateway), rx.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(crate::tally::FLUSH_EVERY);
+            loop {
+                tokio::select! {
+                    _ = every.tick() => g.audit.flush_refusals(),
+                    _ = stop.wait_for(|v| *v) => break,
+                }
+            }
+        });
         Ok::<(), String>(())
     })?;
-    Ok(Running { rt: Some(rt), shutdown, bound, metrics_bound })
+    Ok(Running { rt: Some(rt), gateway, shutdown, bound, metrics_bound })
 }
 
 fn tls_config(f: &TlsFiles) -> Result<ServerTlsConfig, String> {

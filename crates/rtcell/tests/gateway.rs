@@ -294,7 +294,7 @@ fn tcp_with_mutual_tls_admits_only_clients_of_its_ca() {
             c.start_scenario(pb::StartScenarioRequest { path: "gw".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     });
-    let audit = std::fs::read_to_string(s.path("audit.log")).unwrap();
+    let audit = s.audit_until(|a| a.contains("\"action\":\"denied\""));
     assert!(audit.contains("\"client\":\"tls 127.0.0.1:"), "{audit}");
     assert!(audit.contains("cert sha256:"), "{audit}");
 }

@@ -43,16 +43,25 @@ async fn admin_answered(addr: &Addr) -> Client {
     }
 }
 
-/// Holds an idle connection from `from` that never sends a byte, making a new one as soon as the
-/// gateway closes it, until `stop`.
-async fn hold_idle(from: std::net::IpAddr, to: std::net::SocketAddr, stop: Arc<AtomicBool>) {
+/// Holds a connection from `from` that never sends a byte (or, with `ask`, sends `GET /x` over HTTP/1.1
+/// every second and reads the answers, as a keep-alive client), making a new one as soon as the gateway
+/// closes it, until `stop`.
+async fn hold_idle(from: std::net::IpAddr, to: std::net::SocketAddr, stop: Arc<AtomicBool>, ask: bool) {
+    use tokio::io::AsyncWriteExt;
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut s) = tcp_from(from, to).await else {
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         };
-        let mut buf = [0u8; 512];
+        let mut buf = [0u8; 4096];
+        let mut last = Instant::now() - Duration::from_secs(1);
         while !stop.load(Ordering::Relaxed) {
+            if ask && last.elapsed() >= Duration::from_secs(1) {
+                last = Instant::now();
+                if s.write_all(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n").await.is_err() {
+                    break;
+                }
+            }
             match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => break,
                 _ => {}
@@ -66,13 +75,14 @@ async fn hold_idle(from: std::net::IpAddr, to: std::net::SocketAddr, stop: Arc<A
 /// idle and reconnecting as soon as the gateway closes it. Returns the number of probes.
 async fn beside_flood<F: std::future::Future<Output = ()>>(
     to: std::net::SocketAddr,
+    ask: bool,
     mut probe: impl FnMut(usize) -> F,
 ) -> usize {
     let stop = Arc::new(AtomicBool::new(false));
     let mut idle = Vec::new();
     for a in 2..=9 {
         for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
-            idle.push(tokio::spawn(hold_idle(loopback(a), to, Arc::clone(&stop))));
+            idle.push(tokio::spawn(hold_idle(loopback(a), to, Arc::clone(&stop), ask)));
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -94,7 +104,7 @@ async fn beside_flood<F: std::future::Future<Output = ()>>(
 fn idle_sockets_from_eight_addresses_reconnecting_never_lock_a_client_with_a_token_out() {
     let (s, addr, sa) = serve_tcp_with_roles();
     rt().block_on(async {
-        let n = beside_flood(sa, |_| async {
+        let n = beside_flood(sa, false, |_| async {
             admin_answered(&addr).await;
         })
         .await;
@@ -194,19 +204,20 @@ fn idle_sockets_of_one_address_never_lock_a_scraper_out_of_metrics() {
     });
 }
 
-#[test]
-fn idle_sockets_from_eight_addresses_reconnecting_never_lock_a_scraper_out_of_metrics() {
+/// A scraper beside 8 addresses x 16 connections to `/metrics` that never send a byte, or (`ask`) that
+/// ask for a page every second and keep their connections.
+fn metrics_beside_eight_addresses(ask: bool) {
     let (s, addr, _) = serve_tcp_with_roles();
     let url = s.metrics_url();
     let host: std::net::SocketAddr = url.trim_start_matches("http://").split('/').next().unwrap().parse().unwrap();
     rt().block_on(async {
-        let n = beside_flood(host, |n| {
+        let n = beside_flood(host, ask, |n| {
             let u = url.clone();
             async move {
                 let got = tokio::task::spawn_blocking(move || scrape(&u)).await.unwrap();
                 assert!(
                     got.as_deref().is_ok_and(|l| l.starts_with("HTTP/1.1 200")),
-                    "scrape {n} beside 128 reconnecting idle sockets: {got:?}"
+                    "scrape {n} beside 128 reconnecting sockets (asking: {ask}): {got:?}"
                 );
             }
         })
@@ -214,9 +225,30 @@ fn idle_sockets_from_eight_addresses_reconnecting_never_lock_a_scraper_out_of_me
         let text = metrics_of(&mut admin_answered(&addr).await).await;
         let evicted =
             gw::closed_on(&text, "metrics", "preauth_full") + gw::closed_on(&text, "metrics", "preauth_evicted");
-        assert!(evicted >= 1.0, "the idle sockets met the pending share of /metrics: {text}");
-        eprintln!("scraper answered {n} of {n} times beside 128 reconnecting idle sockets");
+        assert!(evicted >= 1.0, "the sockets met the pending share of /metrics: {text}");
+        eprintln!("scraper answered {n} of {n} times beside 128 reconnecting sockets (asking: {ask})");
     });
+}
+
+#[test]
+fn idle_sockets_from_eight_addresses_reconnecting_never_lock_a_scraper_out_of_metrics() {
+    metrics_beside_eight_addresses(false);
+}
+
+#[test]
+fn keep_alive_clients_from_eight_addresses_never_lock_a_scraper_out_of_metrics() {
+    metrics_beside_eight_addresses(true);
+}
+
+/// The `unauthenticated` lines of the audit log: (lines, failures they count).
+fn unauthenticated_in(audit: &str) -> (Vec<serde_json::Value>, u64) {
+    let lines: Vec<serde_json::Value> = audit
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["action"] == "unauthenticated")
+        .collect();
+    let n = lines.iter().map(|v| v["what"]["count"].as_u64().unwrap_or(0)).sum();
+    (lines, n)
 }
 
 #[test]
@@ -231,33 +263,78 @@ fn failed_authentications_are_audited_in_aggregate_and_close_their_connection() 
             let e = c.get_status(pb::GetStatusRequest {}).await.expect_err("a wrong token");
             assert_ne!(e.code(), tonic::Code::Ok);
         }
-        // One more after a second: its line carries the failures since the last.
+        // One more after a second: in the next second's line.
         tokio::time::sleep(Duration::from_millis(1100)).await;
         let _ = c.get_status(pb::GetStatusRequest {}).await;
-        let secs = t0.elapsed().as_secs_f64();
         let mut admin = admin_answered(&addr).await;
         let text = metrics_of(&mut admin).await;
         assert!(
             closed(&text, "auth_failures") >= 1.0,
             "no connection closed after {MAX_AUTH_FAILURES} failures: {text}"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let audit = std::fs::read_to_string(s.path("audit.log")).unwrap_or_default();
-        let lines: Vec<serde_json::Value> = audit
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["action"] == "unauthenticated")
-            .collect();
-        assert!(lines.len() >= 2, "failed authentications not audited: {audit}");
-        // At most one line per address per second (the first at once): a bound from the test's own
-        // duration, whatever the machine's speed.
-        assert!(lines.len() as f64 <= secs.ceil() + 1.0, "{} lines in {secs:.1} s: {audit}", lines.len());
-        let counted: u64 = lines.iter().map(|v| v["what"]["count"].as_u64().unwrap_or(0)).sum();
-        assert!(counted > 1 && counted <= tries + 1, "{counted} failures audited of {}: {audit}", tries + 1);
+        let refused = gw::metric(&text, "rtcell_gateway_requests_total{method=\"GetStatus\",code=\"unauthenticated\"}")
+            .unwrap_or(0.0) as u64;
+        assert!(refused >= 2 && refused <= tries + 1, "{refused} refusals counted of {}: {text}", tries + 1);
+        // Every refusal the gateway counted is in the audit log within its flush period (once a second).
+        let (lines, counted) = unauthenticated_in(&s.audit_until(|a| unauthenticated_in(a).1 >= refused));
+        assert_eq!(counted, refused, "the audit log counts every refusal: {lines:?}");
+        // Aggregated: one line per client and second, whatever the number of refusals.
+        let secs = t0.elapsed().as_secs_f64();
+        assert!(lines.len() >= 2 && lines.len() as f64 <= secs.ceil() + 1.0, "{} lines in {secs:.1} s", lines.len());
         for v in &lines {
             assert_eq!(v["client"], "tcp 127.0.0.1", "{v}");
         }
     });
+}
+
+#[test]
+fn refusals_from_many_addresses_write_a_bounded_audit_log_and_lose_no_count() {
+    let (s, addr, _) = serve_tcp_with_roles();
+    let wrong = "wrong-0123456789abcdef0123456789";
+    rt().block_on(async {
+        let t0 = Instant::now();
+        // 40 addresses, 6 refusals each (under the per-connection close), all within about a second.
+        let mut tasks = Vec::new();
+        for a in 2..42u8 {
+            let target = tcp(&addr, Some(wrong), None);
+            tasks.push(tokio::spawn(async move {
+                let Ok(mut c) = connect_from(&target, loopback(a)).await else { return 0u64 };
+                let mut n = 0;
+                for _ in 0..6 {
+                    if c.get_status(pb::GetStatusRequest {}).await.is_err() {
+                        n += 1;
+                    }
+                }
+                n
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        let text = metrics_of(&mut admin_answered(&addr).await).await;
+        let refused = gw::metric(&text, "rtcell_gateway_requests_total{method=\"GetStatus\",code=\"unauthenticated\"}")
+            .unwrap_or(0.0) as u64;
+        assert!(refused >= 40, "{refused} refusals counted: {text}");
+        let others_in = |audit: &str| -> u64 {
+            audit
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|v| v["client"] == "(other clients)")
+                .map(|v| v["what"]["count"].as_u64().unwrap_or(0))
+                .sum()
+        };
+        let audit = s.audit_until(|a| unauthenticated_in(a).1 + others_in(a) >= refused);
+        let ((lines, counted), others) = (unauthenticated_in(&audit), others_in(&audit));
+        assert_eq!(counted + others, refused, "every refusal is in a line of its own client or of the others");
+        // At most 16 client lines per flush, one flush a second.
+        let flushes = t0.elapsed().as_secs_f64().ceil() + 1.0;
+        assert!(
+            lines.len() as f64 <= flushes * rtcell_gateway::tally::MAX_LINES as f64,
+            "{} lines for {flushes} flushes",
+            lines.len()
+        );
+    });
+    drop(s);
 }
 
 #[test]

@@ -127,6 +127,19 @@ impl Served {
     }
 
     /// The gateway process's resident memory, bytes.
+    /// The audit log once `done` holds for it (refusals reach it once a second, in aggregate), or as it
+    /// is after 30 s.
+    pub fn audit_until(&self, done: impl Fn(&str) -> bool) -> String {
+        let t0 = std::time::Instant::now();
+        loop {
+            let a = std::fs::read_to_string(self.path("audit.log")).unwrap_or_default();
+            if done(&a) || t0.elapsed() > std::time::Duration::from_secs(30) {
+                return a;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
     pub fn rss(&self) -> u64 {
         let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.child.id())).unwrap();
         let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
