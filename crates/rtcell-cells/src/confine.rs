@@ -11,8 +11,10 @@
 //! 2. **No way out of its death signal or into another process** ([`Filter::lockdown`], installed by the cell
 //!    process itself once it runs, before any user code is loaded): `execve` and `execveat` (an exec from
 //!    a thread other than the main one drops the death signal, which belongs to the main thread),
-//!    `prctl(PR_SET_PDEATHSIG, ...)`, `ptrace`, `process_vm_readv` and `process_vm_writev` (which would
-//!    let it act inside rtcell) are `EPERM`.
+//!    `prctl(PR_SET_PDEATHSIG, ...)` and every change of user, group or capabilities (`set*id`,
+//!    `setfs*id`, `setgroups`, `capset`: the kernel clears the death signal when the effective or
+//!    file-system ids change), `ptrace`, `process_vm_readv`, `process_vm_writev`, `perf_event_open` and
+//!    `bpf` (which would let it read or act inside rtcell) are `EPERM`.
 //! 3. **No way into rtcell's memory through /proc**: the capabilities in [`DROPPED_CAPS`] (`CAP_SYS_PTRACE`
 //!    among them) leave the bounding set of the cell before it executes, and rtcell makes itself
 //!    non-dumpable ([`protect_parent`]), so `/proc/<rtcell>/mem` and its descriptors need a capability the
@@ -115,6 +117,20 @@ impl Filter {
             libc::SYS_ptrace,
             libc::SYS_process_vm_readv,
             libc::SYS_process_vm_writev,
+            // A change of (effective or file-system) user or group clears the death signal.
+            libc::SYS_setuid,
+            libc::SYS_setgid,
+            libc::SYS_setreuid,
+            libc::SYS_setregid,
+            libc::SYS_setresuid,
+            libc::SYS_setresgid,
+            libc::SYS_setfsuid,
+            libc::SYS_setfsgid,
+            libc::SYS_setgroups,
+            libc::SYS_capset,
+            // Reading other processes' memory by sampling or probes.
+            libc::SYS_perf_event_open,
+            libc::SYS_bpf,
         ] {
             p.extend(refuse(nr, libc::EPERM));
         }
@@ -152,9 +168,11 @@ impl Filter {
 }
 
 /// Capabilities a process cell never has (dropped from its bounding set before it executes): tracing
-/// and reading other processes, kernel modules, raw I/O, reboot, BPF, perf, security modules.
+/// and reading other processes, administration (mounts, namespaces, and a stand-in for BPF and perf),
+/// kernel modules, raw I/O, reboot, BPF, perf, security modules.
 pub const DROPPED_CAPS: &[u32] = &[
     19, // CAP_SYS_PTRACE
+    21, // CAP_SYS_ADMIN (also stands in for CAP_BPF and CAP_PERFMON)
     16, // CAP_SYS_MODULE
     17, // CAP_SYS_RAWIO
     22, // CAP_SYS_BOOT
@@ -258,6 +276,8 @@ mod tests {
                     22
                 } else if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != -1 {
                     23
+                } else if libc::syscall(libc::SYS_setfsuid, 65534) != -1 || libc::setresuid(0, 0, 0) != -1 {
+                    25
                 } else {
                     let mut sig = 0;
                     if libc::prctl(libc::PR_GET_PDEATHSIG, &mut sig as *mut i32) != 0 || sig != libc::SIGKILL {

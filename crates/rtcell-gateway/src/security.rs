@@ -121,9 +121,9 @@ impl Audit {
         self.path.as_deref()
     }
 
-    /// A refusal a client can repeat in a loop (a wrong token, a call above its role): counted, and
-    /// written with the others of the last second by [`Audit::flush_refusals`].
-    pub fn refused(&self, client: &str, action: &'static str, what: serde_json::Value, result: &Status) {
+    /// A refusal (any call that failed): a client can repeat one in a loop, so it is counted, and
+    /// written with the others of the last second by [`Audit::flush_refusals`] ([`crate::tally`]).
+    pub fn refused(&self, client: &str, action: &str, what: serde_json::Value, result: &Status) {
         self.refusals.add(client, action, bounded(what), result);
     }
 
@@ -131,11 +131,20 @@ impl Audit {
     /// [`crate::tally::FLUSH_EVERY`] and when it stops).
     pub fn flush_refusals(&self) {
         for (client, action, what, result) in self.refusals.take() {
-            self.log(&client, action, what, &Err(result));
+            self.line(&client, &action, what, &Err(result));
         }
     }
 
+    /// An action and its result: a success is written at once (successes are rate-limited per
+    /// identity), a refusal counted ([`Audit::refused`]).
     pub fn log(&self, client: &str, action: &str, what: serde_json::Value, result: &Result<String, Status>) {
+        match result {
+            Ok(_) => self.line(client, action, what, result),
+            Err(s) => self.refused(client, action, what, s),
+        }
+    }
+
+    fn line(&self, client: &str, action: &str, what: serde_json::Value, result: &Result<String, Status>) {
         let (ok, detail) = match result {
             Ok(d) => (true, d.clone()),
             Err(s) => (false, format!("{:?}: {}", s.code(), s.message())),

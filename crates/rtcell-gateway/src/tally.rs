@@ -1,5 +1,5 @@
-//! Refusals audited in aggregate: a client that is refused in a loop (wrong token, a call above its
-//! role) adds to a count, and the counts are written once per [`FLUSH_EVERY`], at most [`MAX_LINES`]
+//! Refusals audited in aggregate: a client that is refused in a loop (a wrong token, a call above its
+//! role, a write over its rate or out of range) adds to a count, and the counts are written once per [`FLUSH_EVERY`], at most [`MAX_LINES`]
 //! lines (the largest counts), the rest in one line for all other clients. Nothing is held back for
 //! later, so every refusal is in the log within a second, and a flood of refusals from any number of
 //! clients writes at most [`MAX_LINES`] + 1 lines a second.
@@ -18,7 +18,7 @@ pub const MAX_LINES: usize = 16;
 const MAX_KEYS: usize = 4096;
 
 /// (client, action, what as JSON text).
-type Key = (String, &'static str, String);
+type Key = (String, String, String);
 
 /// One key's refusals since the last flush.
 struct Count {
@@ -40,13 +40,13 @@ struct Counts {
 }
 
 /// A line of a flush: (client, action, what with its `count`, the refusal).
-pub type Line = (String, &'static str, serde_json::Value, Status);
+pub type Line = (String, String, serde_json::Value, Status);
 
 impl Tally {
     /// One refusal of `client` (text of ours: an address or an identity), for `action`, `what`.
-    pub fn add(&self, client: &str, action: &'static str, what: serde_json::Value, result: &Status) {
+    pub fn add(&self, client: &str, action: &str, what: serde_json::Value, result: &Status) {
         let Ok(mut c) = self.counts.lock() else { return };
-        let key = (client.to_string(), action, what.to_string());
+        let key = (client.to_string(), action.to_string(), what.to_string());
         if let Some(e) = c.by_key.get_mut(&key) {
             e.n += 1;
         } else if c.by_key.len() < MAX_KEYS {
@@ -78,11 +78,23 @@ impl Tally {
             .collect();
         let others = rest.iter().map(|(_, c)| c.n).sum::<u64>() + unkeyed;
         if others > 0 {
+            // The codes of the refusals summed, most frequent first.
+            let mut codes: Vec<(u64, &'static str)> = Vec::new();
+            for (_, c) in &rest {
+                let name = crate::metrics::code_name(c.result.code());
+                match codes.iter_mut().find(|(_, n)| *n == name) {
+                    Some(e) => e.0 += c.n,
+                    None => codes.push((c.n, name)),
+                }
+            }
+            codes.sort_by(|a, b| b.cmp(a));
+            let codes: serde_json::Map<String, serde_json::Value> =
+                codes.into_iter().map(|(n, name)| (name.to_string(), n.into())).collect();
             lines.push((
                 "(other clients)".into(),
-                "refused",
-                serde_json::json!({ "count": others, "clients": rest.len() }),
-                Status::permission_denied("refusals of more clients than one line each"),
+                "refused".into(),
+                serde_json::json!({ "count": others, "clients": rest.len(), "codes": codes }),
+                Status::unknown("refusals of more clients than this second's lines; their codes are in `what`"),
             ));
         }
         lines

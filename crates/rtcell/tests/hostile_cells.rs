@@ -139,6 +139,7 @@ const FORKER: &str = r#"
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -193,7 +194,9 @@ void fork_step(void) {
         char path[64], b[64];
         snprintf(path, sizeof path, "/proc/%d/mem", (int)getppid());
         int fd = open(path, O_RDWR);
-        snprintf(b, sizeof b, "%d %d %d\n", fd < 0 ? -1 : 0, fd < 0 ? errno : 0, prctl(PR_SET_PDEATHSIG, 0));
+        /* A change of the file-system user would clear the death signal as well. */
+        snprintf(b, sizeof b, "%d %d %d %ld\n", fd < 0 ? -1 : 0, fd < 0 ? errno : 0, prctl(PR_SET_PDEATHSIG, 0),
+                 syscall(SYS_setfsuid, 65534));
         note("mem", b);
     }
 }
@@ -236,10 +239,11 @@ fn nothing_left_of_the_forker(dir: &Path, t: &str) {
     let exec = std::fs::read_to_string(dir.join("exec")).unwrap_or_default();
     assert_eq!(exec.trim(), format!("-1 {}", libc::EPERM), "the cell's exec is refused with EPERM:\n{t}");
     let mem = std::fs::read_to_string(dir.join("mem")).unwrap_or_default();
-    let refused = [libc::EACCES, libc::EPERM].map(|e| format!("-1 {e} -1"));
+    let refused = [libc::EACCES, libc::EPERM].map(|e| format!("-1 {e} -1 -1"));
     assert!(
         refused.contains(&mem.trim().to_string()),
-        "rtcell's memory cannot be opened (EACCES or EPERM) and the death signal not dropped, got {mem:?}:\n{t}"
+        "rtcell's memory cannot be opened (EACCES or EPERM), the death signal not dropped (prctl, setfsuid), \
+         got {mem:?}:\n{t}"
     );
 }
 
