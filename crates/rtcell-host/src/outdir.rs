@@ -3,8 +3,9 @@
 //! A run directory holds rtcell's own outputs (results.json, report.html, ...) and files a scenario
 //! names (a log task's file). [`check_relative`] says whether a name a file gives may be used (checked
 //! at validation, so a bad one is refused before anything starts); [`RunDir`] creates the files,
-//! relative to the directory's descriptor, never following a symbolic link and never reusing a file
-//! that is already there.
+//! relative to the directory's descriptor, never following a symbolic link: a scenario's file must be
+//! new ([`RunDir::create_new`]), rtcell's own exports replace what has their name
+//! ([`RunDir::create_own`]).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -102,6 +103,21 @@ impl RunDir {
         if let Some(why) = check_relative(rel) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: {why}")));
         }
+        self.create_file(rel, false)
+    }
+
+    /// Creates rtcell's own output `rel` (e.g. `csv/summary.csv`, no `.` or `..` component) inside the
+    /// directory, replacing a file of that name: making its parent directories, no component followed
+    /// if it is a symbolic link (a link at the file's name is removed, never written through).
+    pub fn create_own(&self, rel: &str) -> io::Result<(PathBuf, File)> {
+        let bad = Path::new(rel).components().any(|c| !matches!(c, Component::Normal(_)));
+        if rel.is_empty() || bad {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{rel:?}: not a plain relative path")));
+        }
+        self.create_file(rel, true)
+    }
+
+    fn create_file(&self, rel: &str, replace: bool) -> io::Result<(PathBuf, File)> {
         let mut dir = self.fd.try_clone()?;
         let comps: Vec<Component> = Path::new(rel).components().collect();
         let Some((last, parents)) = comps.split_last() else {
@@ -120,6 +136,16 @@ impl RunDir {
             dir = openat(&dir, &name, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)?;
         }
         let name = cstr(last.as_os_str())?;
+        if replace {
+            // SAFETY: `dir` is open and `name` NUL-terminated; unlinkat removes a link itself, never
+            // its target. A file that is not there is fine; one that comes back makes O_EXCL fail.
+            if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::NotFound {
+                    return Err(e);
+                }
+            }
+        }
         let fd = openat(&dir, &name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o666)?;
         Ok((self.path.join(rel), File::from(fd)))
     }
@@ -154,5 +180,23 @@ mod tests {
         std::os::unix::fs::symlink(tmp.path(), tmp.path().join("run/sub")).unwrap();
         assert!(d.create_new("sub/c.log").is_err(), "a symlinked directory was followed");
         assert!(!tmp.path().join("c.log").exists());
+    }
+
+    #[test]
+    fn own_outputs_replace_files_and_links_without_following_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = RunDir::create(&tmp.path().join("run")).unwrap();
+        let (p, mut f) = d.create_own("csv/summary.csv").unwrap();
+        std::io::Write::write_all(&mut f, b"old").unwrap();
+        let (_, mut f) = d.create_own("csv/summary.csv").unwrap();
+        std::io::Write::write_all(&mut f, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "new", "an existing output is replaced");
+        std::fs::write(tmp.path().join("victim"), "keep").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("victim"), tmp.path().join("run/plot.gp")).unwrap();
+        d.create_own("plot.gp").unwrap();
+        assert_eq!(std::fs::read_to_string(tmp.path().join("victim")).unwrap(), "keep", "written through a link");
+        std::os::unix::fs::symlink(tmp.path(), tmp.path().join("run/other")).unwrap();
+        assert!(d.create_own("other/x.csv").is_err(), "a symlinked directory was followed");
+        assert!(d.create_own("../x.csv").is_err() && d.create_own("/x.csv").is_err());
     }
 }

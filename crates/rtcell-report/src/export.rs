@@ -29,11 +29,16 @@ pub fn write_exports(results: &Results, dir: &Path) -> Result<Exported, ReportEr
     let io = |p: &Path, e: std::io::Error| ReportError::Io { action: "write", path: p.to_path_buf(), source: e };
     let csv_err =
         |p: &Path, e: csv::Error| ReportError::Io { action: "write", path: p.to_path_buf(), source: e.into() };
-    let csv_dir = dir.join("csv");
-    std::fs::create_dir_all(&csv_dir).map_err(|e| io(&csv_dir, e))?;
+    // Every file is created relative to the run directory's descriptor, never through a symbolic link
+    // (a `--out` that already holds one at an output's name or on its path).
+    let run = rtcell_host::outdir::RunDir::create(dir).map_err(|e| io(dir, e))?;
+    let create = |rel: &Path| -> Result<(PathBuf, std::fs::File), ReportError> {
+        let text = rel.to_str().ok_or_else(|| io(rel, std::io::Error::other("not UTF-8")))?;
+        run.create_own(text).map_err(|e| io(&dir.join(rel), e))
+    };
     let mut out = Exported { summary: PathBuf::from("csv/summary.csv"), ..Default::default() };
-    let summary_path = dir.join(&out.summary);
-    let mut summary = csv::Writer::from_path(&summary_path).map_err(|e| csv_err(&summary_path, e))?;
+    let (summary_path, file) = create(&out.summary)?;
+    let mut summary = csv::Writer::from_writer(file);
     summary
         .write_record([
             "suite",
@@ -62,11 +67,8 @@ pub fn write_exports(results: &Results, dir: &Path) -> Result<Exported, ReportEr
             let file = match &s.histogram {
                 Some(h) if !h.counts.is_empty() => {
                     let rel = unique(&mut taken, Path::new("csv").join(slug(&suite.suite)).join(series_file(i, s)));
-                    let path = dir.join(&rel);
-                    if let Some(parent) = path.parent() {
-                        std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
-                    }
-                    let mut w = csv::Writer::from_path(&path).map_err(|e| csv_err(&path, e))?;
+                    let (path, file) = create(&rel)?;
+                    let mut w = csv::Writer::from_writer(file);
                     let unit = s.unit.as_str();
                     w.write_record([format!("bucket_low_{unit}"), format!("bucket_high_{unit}"), "count".into()])
                         .map_err(|e| csv_err(&path, e))?;
@@ -113,8 +115,7 @@ pub fn write_exports(results: &Results, dir: &Path) -> Result<Exported, ReportEr
     }
     summary.flush().map_err(|e| io(&summary_path, e))?;
     out.gnuplot = PathBuf::from("plot.gp");
-    let gp_path = dir.join(&out.gnuplot);
-    let mut gp = std::fs::File::create(&gp_path).map_err(|e| io(&gp_path, e))?;
+    let (gp_path, mut gp) = create(&out.gnuplot)?;
     gp.write_all(gnuplot_script(&plots).as_bytes()).map_err(|e| io(&gp_path, e))?;
     Ok(out)
 }
@@ -249,6 +250,22 @@ mod tests {
             assert!(gp.contains(&format!("plot '{}'", f.display())), "{gp}");
         }
         assert!(gp.contains("set logscale y"));
+    }
+
+    #[test]
+    fn links_already_in_the_directory_are_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let victim = elsewhere.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("plot.gp")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("csv")).unwrap();
+        assert!(write_exports(&doc(), dir.path()).is_err(), "a symlinked csv/ is refused");
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 1, "nothing written into the link's target");
+        std::fs::remove_file(dir.path().join("csv")).unwrap();
+        write_exports(&doc(), dir.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep", "plot.gp written through its link");
+        assert!(std::fs::read_to_string(dir.path().join("plot.gp")).unwrap().contains("gnuplot"));
     }
 
     #[test]
