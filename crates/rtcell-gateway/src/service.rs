@@ -313,17 +313,23 @@ impl GatewayApi for Service {
 
     async fn stop_scenario(&self, req: Request<pb::StopScenarioRequest>) -> Result<Response<pb::RunInfo>, Status> {
         let who = caller(&req)?;
-        self.0.control.take(&who.key, &who.id)?;
-        let slot = self.0.find(&req.get_ref().run_id)?;
-        if slot.outcome().is_some() {
-            return Err(Status::failed_precondition(format!("run {} has already ended ({})", slot.id, slot.state())));
-        }
-        slot.request_stop();
-        let res: Result<pb::RunInfo, Status> = Ok(snapshot::run_info(&slot));
+        let run_id = req.get_ref().run_id.clone();
+        let res = self.0.control.take(&who.key, &who.id).and_then(|()| {
+            let slot = self.0.find(&run_id)?;
+            if slot.outcome().is_some() {
+                return Err(Status::failed_precondition(format!(
+                    "run {} has already ended ({})",
+                    slot.id,
+                    slot.state()
+                )));
+            }
+            slot.request_stop();
+            Ok(snapshot::run_info(&slot))
+        });
         self.0.audit.log(
             &who.id,
             "stop",
-            serde_json::json!({ "run": slot.id }),
+            serde_json::json!({ "run": run_id }),
             &res.as_ref().map(|_| "stop requested".to_string()).map_err(Clone::clone),
         );
         res.map(Response::new)
@@ -334,10 +340,13 @@ impl GatewayApi for Service {
         req: Request<pb::DeployPayloadRequest>,
     ) -> Result<Response<pb::DeployedCell>, Status> {
         let who = caller(&req)?;
-        self.0.control.take(&who.key, &who.id)?;
         let r = req.into_inner();
         let sha = crate::security::hex(&<sha2::Sha256 as sha2::Digest>::digest(&r.elf));
         let what = serde_json::json!({ "bytes": r.elf.len(), "sha256": sha, "cpu": r.cpu, "name": r.name });
+        if let Err(e) = self.0.control.take(&who.key, &who.id) {
+            self.0.audit.log(&who.id, "deploy", what, &Err(e.clone()));
+            return Err(e);
+        }
         let g = Arc::clone(&self.0);
         let res = tokio::task::spawn_blocking(move || {
             let Some(d) = &g.deployer else {
@@ -372,8 +381,11 @@ impl GatewayApi for Service {
 
     async fn stop_cell(&self, req: Request<pb::StopCellRequest>) -> Result<Response<pb::DeployedCell>, Status> {
         let who = caller(&req)?;
-        self.0.control.take(&who.key, &who.id)?;
         let name = req.into_inner().name;
+        if let Err(e) = self.0.control.take(&who.key, &who.id) {
+            self.0.audit.log(&who.id, "stop-cell", serde_json::json!({ "cell": name }), &Err(e.clone()));
+            return Err(e);
+        }
         let g = Arc::clone(&self.0);
         let n2 = name.clone();
         let res = tokio::task::spawn_blocking(move || match &g.deployer {

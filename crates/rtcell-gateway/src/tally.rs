@@ -17,8 +17,8 @@ pub const MAX_LINES: usize = 16;
 /// Distinct (client, action, what) counted between two flushes; refusals beyond go to the sum line.
 const MAX_KEYS: usize = 4096;
 
-/// (client, action, what as JSON text).
-type Key = (String, String, String);
+/// (client, action, what as JSON text, refusal code).
+type Key = (String, String, String, tonic::Code);
 
 /// One key's refusals since the last flush.
 struct Count {
@@ -46,7 +46,7 @@ impl Tally {
     /// One refusal of `client` (text of ours: an address or an identity), for `action`, `what`.
     pub fn add(&self, client: &str, action: &str, what: serde_json::Value, result: &Status) {
         let Ok(mut c) = self.counts.lock() else { return };
-        let key = (client.to_string(), action.to_string(), what.to_string());
+        let key = (client.to_string(), action.to_string(), what.to_string(), result.code());
         if let Some(e) = c.by_key.get_mut(&key) {
             e.n += 1;
         } else if c.by_key.len() < MAX_KEYS {
@@ -63,11 +63,14 @@ impl Tally {
         let unkeyed = std::mem::take(&mut c.unkeyed);
         let mut all: Vec<(Key, Count)> = c.by_key.drain().collect();
         drop(c);
-        all.sort_by(|a, b| b.1.n.cmp(&a.1.n).then_with(|| a.0.cmp(&b.0)));
+        all.sort_by(|a, b| {
+            let key = |k: &Key| (k.0.clone(), k.1.clone(), k.2.clone(), k.3 as i32);
+            b.1.n.cmp(&a.1.n).then_with(|| key(&a.0).cmp(&key(&b.0)))
+        });
         let rest = all.split_off(all.len().min(MAX_LINES));
         let mut lines: Vec<Line> = all
             .into_iter()
-            .map(|((client, action, _), mut c)| {
+            .map(|((client, action, _, _), mut c)| {
                 if let serde_json::Value::Object(o) = &mut c.what {
                     o.insert("count".into(), c.n.into());
                 } else {
@@ -88,12 +91,16 @@ impl Tally {
                 }
             }
             codes.sort_by(|a, b| b.cmp(a));
+            if unkeyed > 0 {
+                codes.push((unkeyed, "(more requests than counted apart)"));
+            }
             let codes: serde_json::Map<String, serde_json::Value> =
                 codes.into_iter().map(|(n, name)| (name.to_string(), n.into())).collect();
+            let clients = rest.iter().map(|(k, _)| k.0.as_str()).collect::<std::collections::BTreeSet<_>>().len();
             lines.push((
                 "(other clients)".into(),
                 "refused".into(),
-                serde_json::json!({ "count": others, "clients": rest.len(), "codes": codes }),
+                serde_json::json!({ "count": others, "clients": clients, "lines": rest.len(), "codes": codes }),
                 Status::unknown("refusals of more clients than this second's lines; their codes are in `what`"),
             ));
         }
@@ -122,7 +129,25 @@ mod tests {
         let total: u64 = lines.iter().map(|l| l.2["count"].as_u64().unwrap()).sum();
         assert_eq!(total, (1..=100).sum::<u64>(), "every refusal is in a line");
         assert_eq!(lines[MAX_LINES].2["clients"], 100 - MAX_LINES);
+        assert_eq!(
+            lines[MAX_LINES].2["codes"]["unauthenticated"],
+            total - (100 + 99 + 98 + 97 + 96 + 95 + 94 + 93 + 92 + 91 + 90 + 89 + 88 + 87 + 86 + 85)
+        );
         assert!(t.take().is_empty(), "nothing held back for the next flush");
+    }
+
+    #[test]
+    fn each_refusal_keeps_its_own_code() {
+        let t = Tally::default();
+        let what = || serde_json::json!({ "signal": "s" });
+        t.add("uid 0", "write", what(), &Status::not_found("no run"));
+        for _ in 0..3 {
+            t.add("uid 0", "write", what(), &Status::resource_exhausted("rate"));
+        }
+        let lines = t.take();
+        assert_eq!(lines.len(), 2);
+        assert_eq!((lines[0].3.code(), lines[0].2["count"].as_u64()), (tonic::Code::ResourceExhausted, Some(3)));
+        assert_eq!((lines[1].3.code(), lines[1].2["count"].as_u64()), (tonic::Code::NotFound, Some(1)));
     }
 
     #[test]

@@ -151,6 +151,23 @@ impl RunDir {
     }
 }
 
+/// Writes rtcell's own output `rel` with `bytes` into the directory `dir` ([`RunDir::create_own`]: a
+/// file, link or FIFO of that name is replaced, never written through). Returns the file's path.
+pub fn write_own(dir: &Path, rel: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    let (path, mut f) = RunDir::create(dir)?.create_own(rel)?;
+    io::Write::write_all(&mut f, bytes)?;
+    Ok(path)
+}
+
+/// Removes what is at `path` before a program of another (cyclictest) writes its output there by
+/// name: a link or a FIFO left at that name is removed, never followed or opened.
+pub fn clear_for_output(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +215,18 @@ mod tests {
         std::os::unix::fs::symlink(tmp.path(), tmp.path().join("run/other")).unwrap();
         assert!(d.create_own("other/x.csv").is_err(), "a symlinked directory was followed");
         assert!(d.create_own("../x.csv").is_err() && d.create_own("/x.csv").is_err());
+    }
+
+    #[test]
+    fn own_outputs_replace_a_fifo_instead_of_blocking_on_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = CString::new(tmp.path().join("latency.hist").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path living for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let p = write_own(tmp.path(), "latency.hist", b"h").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"h");
+        std::os::unix::fs::symlink(tmp.path().join("victim"), tmp.path().join("round.json")).unwrap();
+        clear_for_output(&tmp.path().join("round.json")).unwrap();
+        assert!(std::fs::symlink_metadata(tmp.path().join("round.json")).is_err(), "the link is gone");
     }
 }

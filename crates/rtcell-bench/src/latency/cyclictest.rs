@@ -66,6 +66,10 @@ pub struct RoundSpec<'a> {
 pub fn run_round(s: &RoundSpec<'_>) -> Result<Round, BenchError> {
     let hist_file = s.dir.join(format!("cyclictest-round{}.hist", s.round));
     let json_file = s.dir.join(format!("cyclictest-round{}.json", s.round));
+    for f in [&hist_file, &json_file] {
+        rtcell_host::outdir::clear_for_output(f)
+            .map_err(|e| BenchError::Other(format!("cannot clear {} for cyclictest: {e}", f.display())))?;
+    }
     let args: Vec<String> = vec![
         "-m".into(),
         "-q".into(),
