@@ -14,7 +14,10 @@
 //!    `prctl(PR_SET_PDEATHSIG, ...)` and every change of user, group or capabilities (`set*id`,
 //!    `setfs*id`, `setgroups`, `capset`: the kernel clears the death signal when the effective or
 //!    file-system ids change), `ptrace`, `process_vm_readv`, `process_vm_writev`, `perf_event_open` and
-//!    `bpf` (which would let it read or act inside rtcell) are `EPERM`.
+//!    `bpf` (which would let it read or act inside rtcell), namespaces and mounts (`unshare`, `setns`,
+//!    `mount`, `umount2`, `pivot_root` and the new mount API: in a user namespace of its own a cell
+//!    mounted a FUSE file system it served itself and then blocked in the kernel beyond SIGKILL's reach),
+//!    `userfaultfd`, and `prlimit64` on any process but itself are `EPERM`.
 //! 3. **No way into rtcell's memory through /proc**: the capabilities in [`DROPPED_CAPS`] (`CAP_SYS_PTRACE`
 //!    among them) leave the bounding set of the cell before it executes, and rtcell makes itself
 //!    non-dumpable ([`protect_parent`]), so `/proc/<rtcell>/mem` and its descriptors need a capability the
@@ -24,7 +27,7 @@
 //! (required to install one without CAP_SYS_ADMIN) also keeps a set-user-ID program from lifting them.
 //! A kernel without seccomp filters makes starting a process cell fail, never run unfiltered.
 //! What stays: a cell runs as rtcell's user, with that user's files and signals (see the README).
-//! Why hand-written BPF rather than a crate (seccompiler): the programs are two dozen instructions, need
+//! Why hand-written BPF rather than a crate (seccompiler): the programs are a few dozen instructions, need
 //! two different errnos in one filter, and must be installed between fork and exec without allocating.
 
 /// `AUDIT_ARCH_*` of the ABI the filter lets through.
@@ -84,6 +87,21 @@ fn refuse(nr: libc::c_long, e: i32) -> [libc::sock_filter; 2] {
     [jump(libc::BPF_JEQ, nr as u32, 0, 1), ret(errno(e))]
 }
 
+/// Refuses call `nr` (the call number loaded) with `EPERM` when the low half of its first argument is
+/// `value` (`refuse_equal`) or is not `value` (`!refuse_equal`); any other call passes on unchanged.
+fn on_arg0(nr: libc::c_long, value: u32, refuse_equal: bool) -> [libc::sock_filter; 6] {
+    let (jt, jf) = if refuse_equal { (0, 1) } else { (1, 0) };
+    [
+        jump(libc::BPF_JEQ, nr as u32, 0, 4),
+        load(ARG0_LOW),
+        jump(libc::BPF_JEQ, value, jt, jf),
+        ret(errno(libc::EPERM)),
+        ret(libc::SECCOMP_RET_ALLOW),
+        // Not `nr`: the next check sees the call number as before.
+        load(NR),
+    ]
+}
+
 /// A filter program, built before the fork (installing it must not allocate).
 pub struct Filter {
     program: Vec<libc::sock_filter>,
@@ -131,17 +149,32 @@ impl Filter {
             // Reading other processes' memory by sampling or probes.
             libc::SYS_perf_event_open,
             libc::SYS_bpf,
+            // A namespace of its own (a user namespace gives it every capability there) and mounts: a
+            // FUSE file system served by the cell itself left it in an uninterruptible sleep that
+            // SIGKILL does not end.
+            libc::SYS_unshare,
+            libc::SYS_setns,
+            libc::SYS_mount,
+            libc::SYS_umount2,
+            libc::SYS_pivot_root,
+            libc::SYS_open_tree,
+            libc::SYS_move_mount,
+            libc::SYS_fsopen,
+            libc::SYS_fsconfig,
+            libc::SYS_fsmount,
+            libc::SYS_fspick,
+            libc::SYS_mount_setattr,
+            // Page faults served by the cell itself.
+            libc::SYS_userfaultfd,
         ] {
             p.extend(refuse(nr, libc::EPERM));
         }
         // prctl: PR_SET_PDEATHSIG refused (the option is an int: the low half of the argument).
-        p.extend([
-            jump(libc::BPF_JEQ, libc::SYS_prctl as u32, 0, 3),
-            load(ARG0_LOW),
-            jump(libc::BPF_JEQ, libc::PR_SET_PDEATHSIG as u32, 0, 1),
-            ret(errno(libc::EPERM)),
-            ret(libc::SECCOMP_RET_ALLOW),
-        ]);
+        p.extend(on_arg0(libc::SYS_prctl, libc::PR_SET_PDEATHSIG as u32, true));
+        // prlimit64 on another process (rtcell: a 4 KiB RLIMIT_FSIZE killed it with SIGXFSZ while it wrote
+        // the results); pid 0, the caller itself, is what glibc's setrlimit passes.
+        p.extend(on_arg0(libc::SYS_prlimit64, 0, false));
+        p.push(ret(libc::SECCOMP_RET_ALLOW));
         Filter { program: p }
     }
 
@@ -255,13 +288,15 @@ mod tests {
         assert_eq!(libc::WEXITSTATUS(status), 0, "see the return codes in the child");
     }
 
-    /// In a forked child: after the lockdown, no exec, no change of the death signal, no ptrace; other
-    /// prctl options still work.
+    /// In a forked child: after the lockdown, no exec, no change of the death signal, no ptrace, no
+    /// namespace or mount, no limit set on another process; other prctl options and its own limits still
+    /// work.
     #[test]
     fn a_locked_down_process_cannot_exec_or_drop_its_death_signal() {
         let filter = Filter::lockdown();
         let path = std::ffi::CString::new("/bin/true").unwrap();
         let argv = [path.as_ptr(), std::ptr::null()];
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: the child only runs the checks below and leaves with _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
@@ -278,6 +313,22 @@ mod tests {
                     23
                 } else if libc::syscall(libc::SYS_setfsuid, 65534) != -1 || libc::setresuid(0, 0, 0) != -1 {
                     25
+                } else if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != -1
+                    || *libc::__errno_location() != libc::EPERM
+                {
+                    26
+                } else if libc::syscall(libc::SYS_fsopen, c"fuse".as_ptr(), 0) != -1
+                    || libc::mount(c"none".as_ptr(), c"/tmp".as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()) != -1
+                {
+                    27
+                } else if libc::prlimit(libc::getppid(), libc::RLIMIT_FSIZE, std::ptr::null(), &mut limit) != -1
+                    || *libc::__errno_location() != libc::EPERM
+                {
+                    28
+                } else if libc::setrlimit(libc::RLIMIT_CORE, &limit) != 0
+                    || libc::prlimit(0, libc::RLIMIT_FSIZE, std::ptr::null(), &mut limit) != 0
+                {
+                    29
                 } else {
                     let mut sig = 0;
                     if libc::prctl(libc::PR_GET_PDEATHSIG, &mut sig as *mut i32) != 0 || sig != libc::SIGKILL {

@@ -48,17 +48,14 @@ pub fn probe_c_task_until(
         match child.try_wait() {
             Ok(Some(s)) => break s,
             Ok(None) if t0.elapsed() > PROBE_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
                 return Err(format!(
-                    "{library}: loading it and running its init took more than {} s (does init wait for something?)",
-                    PROBE_TIMEOUT.as_secs()
+                    "{library}: loading it and running its init took more than {} s (does init wait for something?){}",
+                    PROBE_TIMEOUT.as_secs(),
+                    abandoned(child)
                 ));
             }
             Ok(None) if stop() => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("the trial of {library} was interrupted (stop requested)"));
+                return Err(format!("the trial of {library} was interrupted (stop requested){}", abandoned(child)));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(2)),
             Err(e) => return Err(format!("trial of {library}: {e}")),
@@ -80,6 +77,15 @@ pub fn probe_c_task_until(
         return Err(format!("{library} crashed {during}: killed by {}", crate::signal_name(sig)));
     }
     Err(if err.is_empty() { format!("{library}: the trial failed ({status})") } else { err.to_string() })
+}
+
+/// Kills a trial and reaps it within the kill deadline: `""` when it ended, else `; its process pid N did
+/// not end … abandoned`.
+fn abandoned(child: std::process::Child) -> String {
+    match rtcell_host::child::kill_and_reap(child) {
+        rtcell_host::child::Reaped::Ended(_) => String::new(),
+        rtcell_host::child::Reaped::Abandoned(msg) => format!("; its {msg}"),
+    }
 }
 
 /// Entry of `rtcell __c-probe`: exit code 0 when the library loads, binds and initialises.

@@ -172,7 +172,8 @@ pub struct CellReport {
 
 enum Runner {
     Thread(Option<JoinHandle<()>>),
-    Process(Child),
+    /// `None` once ended (reaped or abandoned).
+    Process(Option<Child>),
     Kvm(Option<rtcell_kvm::KvmCell>),
 }
 
@@ -256,7 +257,7 @@ impl Cell {
             CellKind::Process => {
                 let (child, out) = process::spawn_process(&spec, &shm)?;
                 output = Some(out);
-                Runner::Process(child)
+                Runner::Process(Some(child))
             }
             CellKind::Kvm => Runner::Kvm(Some(start_kvm(&spec, &shm)?)),
         };
@@ -286,7 +287,7 @@ impl Cell {
     /// Process id of a process cell.
     pub fn pid(&self) -> Option<u32> {
         match &self.runner {
-            Runner::Process(c) => Some(c.id()),
+            Runner::Process(c) => c.as_ref().map(Child::id),
             Runner::Thread(_) | Runner::Kvm(_) => None,
         }
     }
@@ -330,7 +331,8 @@ impl Cell {
                 }
                 reported
             }
-            Runner::Process(child) => match child.try_wait() {
+            Runner::Process(None) => reported,
+            Runner::Process(Some(child)) => match child.try_wait() {
                 Ok(Some(st)) => {
                     if let Some(sig) = st.signal() {
                         CellStatus::Killed { signal: sig, name: signal_name(sig) }
@@ -447,11 +449,16 @@ impl Cell {
         }
         match &mut self.runner {
             Runner::Process(child) => {
-                if !status.is_finished() {
-                    let _ = child.kill();
+                let finished = status.is_finished();
+                if !finished {
                     status = CellStatus::Faulted(format!("did not stop within {timeout:?}; killed"));
                 }
-                let _ = child.wait();
+                if let Err(abandoned) = end_process(child.take(), finished) {
+                    status = CellStatus::Faulted(match status {
+                        CellStatus::Faulted(m) => format!("{m}; {abandoned}"),
+                        other => format!("{other}, but its {abandoned}"),
+                    });
+                }
                 // What the cell printed last is shown before its verdict.
                 if let Some(o) = &mut self.output {
                     o.finish(Duration::from_secs(1));
@@ -500,14 +507,28 @@ impl Drop for Cell {
             self.with_ctl(|c| c.request_stop());
         }
         if let Runner::Process(child) = &mut self.runner {
-            if matches!(child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(5));
-                if matches!(child.try_wait(), Ok(None)) {
-                    let _ = child.kill();
-                }
-            }
-            let _ = child.wait();
+            // Dropped while running: a short grace to see the stop request, then killed; never waited
+            // for beyond the kill deadline.
+            let _ = end_process(child.take(), false);
         }
+    }
+}
+
+/// How long a process cell that reported its final state has to exit by itself before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// Ends a cell's process: one that reported its final state (`finished`) gets [`EXIT_GRACE`] to exit by
+/// itself; then SIGKILL, and at most the kill deadline. `Err` names a process that outlived that and was
+/// abandoned (`process pid N did not end within 2 s of SIGKILL (...); abandoned`).
+fn end_process(child: Option<Child>, finished: bool) -> Result<(), String> {
+    let Some(mut child) = child else { return Ok(()) };
+    let grace = if finished { EXIT_GRACE } else { Duration::from_millis(5) };
+    if let Ok(Some(_)) = rtcell_host::child::wait_within(&mut child, grace) {
+        return Ok(());
+    }
+    match rtcell_host::child::kill_and_reap(child) {
+        rtcell_host::child::Reaped::Ended(_) => Ok(()),
+        rtcell_host::child::Reaped::Abandoned(msg) => Err(msg),
     }
 }
 

@@ -58,9 +58,7 @@ pub(crate) fn spawn_process(spec: &CellSpec, shm: &SharedMemory) -> Result<(Chil
     match output::CellOutput::start(&spec.name, spec.cpu, read, Box::new(std::io::stderr())) {
         Ok(out) => Ok((child, out)),
         Err(e) => {
-            let mut child = child;
-            let _ = child.kill();
-            let _ = child.wait();
+            rtcell_host::child::kill_and_reap(child);
             Err(err(e))
         }
     }
@@ -77,9 +75,10 @@ pub(crate) fn pass_region(cmd: &mut Command, fd: i32) -> std::io::Result<()> {
     protected?;
     let filter = confine::Filter::no_fork();
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
-    // functions (fcntl, prctl, seccomp) on values built before the fork.
+    // functions (close_range, fcntl, prctl, seccomp) on values built before the fork.
     unsafe {
         cmd.pre_exec(move || {
+            inherit_only_stdio();
             if libc::fcntl(fd, libc::F_SETFD, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -88,6 +87,26 @@ pub(crate) fn pass_region(cmd: &mut Command, fd: i32) -> std::io::Result<()> {
         });
     }
     Ok(())
+}
+
+/// Marks every descriptor from 3 up close-on-exec, so the child keeps only its standard streams (and the
+/// region, passed again after this): descriptors rtcell inherited from its caller (a `flock` wrapper's
+/// lock, a terminal, a socket) never reach a cell. Async-signal-safe (a `pre_exec` closure).
+fn inherit_only_stdio() {
+    // SAFETY: close_range with integer arguments only.
+    let done = unsafe { libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) } == 0;
+    if done {
+        return;
+    }
+    // A kernel before 5.11: one fcntl per descriptor below the soft limit (capped, so a huge limit does not
+    // make the start slow).
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct we pass.
+    let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 { limit.rlim_cur } else { 1024 };
+    for d in 3..top.min(65_536) as libc::c_int {
+        // SAFETY: fcntl on a descriptor number; a closed one gives EBADF, which changes nothing.
+        unsafe { libc::fcntl(d, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
 }
 
 /// Entry of a process cell (`rtcell __cell --fd N --parent PID --spec JSON`). Returns the exit code.

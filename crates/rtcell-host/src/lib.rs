@@ -5,6 +5,7 @@
 
 pub mod cache;
 pub mod check;
+pub mod child;
 pub mod cpu;
 pub mod cpulock;
 pub mod error;

@@ -345,3 +345,100 @@ fn a_process_cell_that_rewrites_the_region_directory_is_named_and_redirects_noth
         "the report read task other's own counters, not those the cell pointed it at: {other}\n{t}"
     );
 }
+
+/// A process cell's C code that writes its pid to @DIR@/cell.pid in its first step (the trial runs
+/// only init).
+const PIDFILE: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+#include "rtcell.h"
+static int steps;
+void pid_init(void) {}
+void pid_step(void) {
+    double x = 1.0;
+    Com_SendSignal(1, &x);
+    if (steps++ == 0) {
+        FILE *f = fopen("@DIR@/cell.pid.tmp", "w");
+        if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); rename("@DIR@/cell.pid.tmp", "@DIR@/cell.pid"); }
+    }
+}
+"#;
+
+/// A tracer (`sleep`, started with `PTRACE_SEIZE` of a pid) that is killed when the test ends, however.
+struct Tracer(std::process::Child);
+
+impl Tracer {
+    fn seize(pid: i32) -> std::io::Result<Tracer> {
+        use std::os::unix::process::CommandExt;
+        let mut c = std::process::Command::new("sleep");
+        c.arg("1000")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // SAFETY: runs in the forked child before exec: one system call on a copied integer.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        c.spawn().map(Tracer)
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A cell process that outlives SIGKILL (here: held by a tracer that is not rtcell, so its end is shown
+/// to the tracer first and rtcell cannot reap it, as a process stuck in the kernel would be) is named
+/// and abandoned: the run ends on its clock, exits 1 and writes its results; the process goes once the
+/// tracer lets go.
+#[test]
+fn a_process_cell_that_cannot_be_reaped_is_abandoned_and_named_and_the_run_still_ends() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let lib = so(dir.path(), "pidfile", &PIDFILE.replace("@DIR@", &dir.path().display().to_string()));
+    let file = c_task_scenario(dir.path(), "process", &lib, "pid_init", "pid_step");
+    let out = dir.path().join("run");
+    let run = rtcell()
+        .env("RTCELL_RUNTIME_DIR", dir.path().join("runtime"))
+        .arg("run")
+        .arg(&file)
+        .args(["--duration", "5s", "--out"])
+        .arg(&out)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("rtcell run starts");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run.wait_with_output());
+    });
+    let t0 = std::time::Instant::now();
+    let pid = loop {
+        if let Some(pid) = pid_in(&dir.path().join("cell.pid")) {
+            break pid;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the cell did not write its pid within 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let tracer = Tracer::seize(pid);
+    // Bounded: the run ends on its own clock (5 s) plus the stop's deadlines, whatever the cell does.
+    let o = rx.recv_timeout(std::time::Duration::from_secs(120));
+    drop(tracer);
+    let o = o.expect("the run did not end within 120 s").expect("rtcell ran");
+    let t = text(&o);
+    assert!(gone_within(pid, std::time::Duration::from_secs(60)), "pid {pid} was never reaped:\n{t}");
+    let msg = format!("process pid {pid} did not end within 2 s of SIGKILL");
+    assert!(t.contains(&msg) && t.contains("abandoned"), "the cell's process is named as abandoned:\n{t}");
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    let doc = valid_results(&out).to_string();
+    assert!(doc.contains(&msg), "results.json names it:\n{t}");
+}

@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long [`Supervisor::stop`] waits for the killed processes to end before it abandons them.
-pub const STOP_DEADLINE: Duration = Duration::from_secs(2);
+pub const STOP_DEADLINE: Duration = rtcell_host::child::KILL_DEADLINE;
 
 /// A command that ends by itself with a failure this soon is broken, not looping.
 const MIN_FAILING_RUN: Duration = Duration::from_secs(1);
@@ -179,7 +179,7 @@ impl Supervisor {
                  waiting for it",
                 slot.spec.name,
                 STOP_DEADLINE.as_secs_f64(),
-                proc_state(pid)
+                rtcell_host::child::proc_state(pid)
             );
             crate::progress!("warning: {msg}");
             st.stuck = Some(msg);
@@ -341,26 +341,6 @@ fn kill_group(pid: i32) {
         // SAFETY: kill takes plain integers; callers pass the pid of an unreaped child of ours, which
         // leads its own group, so the group id cannot belong to anyone else.
         unsafe { libc::kill(-pid, libc::SIGKILL) };
-    }
-}
-
-/// `command NAME, state D (disk sleep), wait channel d_invalidate` from /proc (what is readable).
-fn proc_state(pid: i32) -> String {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let comm = stat.split_once('(').and_then(|(_, r)| r.rsplit_once(')')).map(|(c, _)| c);
-    let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let state_long = status.lines().find_map(|l| l.strip_prefix("State:")).map(str::trim);
-    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
-    let shown = |s: &str| s.chars().filter(|c| !c.is_control()).take(64).collect::<String>();
-    match (comm, state) {
-        (Some(c), Some(s)) => format!(
-            "command {}, state {}, wait channel {}",
-            shown(c),
-            shown(state_long.unwrap_or(s)),
-            if wchan.trim().is_empty() || wchan.trim() == "0" { "-".into() } else { shown(wchan.trim()) }
-        ),
-        _ => "gone from /proc".into(),
     }
 }
 
