@@ -111,6 +111,13 @@ fn attach_mapping(shm: rtcell_shm::mapping::SharedMemory, out: *mut *mut rtcell_
 
 /// Attaches to the named region `/dev/shm/rtcell-NAME` that an rtcell process created.
 ///
+/// A region whose file can shrink (a /dev/shm file; not a sealed memfd) is guarded: if another process
+/// truncates the file, the next access of this process gives it its size back (the cut part reads as
+/// zeros, and the region then fails its checks) instead of the process dying of SIGBUS. For that,
+/// librtcell installs a SIGBUS handler once, chained to the handler installed before it; a fault
+/// anywhere else goes to that handler, or ends the process as it would have. At most 64 such regions
+/// can be attached at once in a process.
+///
 /// # Safety
 /// `name` NULL or a NUL-terminated string; `out` NULL or writable.
 #[unsafe(no_mangle)]
@@ -142,7 +149,8 @@ pub unsafe extern "C" fn rtcell_region_attach_name(
 }
 
 /// Attaches to the region in file descriptor `fd` (a memfd or shm file); the descriptor is duplicated,
-/// so the caller keeps and closes its own.
+/// so the caller keeps and closes its own. A file that can shrink is guarded as in
+/// `rtcell_region_attach_name`.
 ///
 /// # Safety
 /// `out` NULL or writable.

@@ -11,7 +11,8 @@
 //! - [`control`]: the per-cell control block; [`histogram`]: fixed-bucket latency histograms;
 //!   [`samplelog`]: one value per event (e.g. each activation's lateness).
 //! - `directory` (feature `std`): the creator's private copy of the table, which the Linux side reads.
-//! - `mapping` (feature `std`): memfd and /dev/shm backing; `futex`: sleeping receivers.
+//! - `mapping` (feature `std`): memfd and /dev/shm backing; `futex`: sleeping receivers; `truncation`: a
+//!   /dev/shm file a peer cuts short is given its size back instead of killing us with SIGBUS.
 
 #![cfg_attr(not(feature = "std"), no_std)]
 
@@ -29,6 +30,8 @@ pub mod ring;
 pub mod samplelog;
 pub mod signal;
 pub mod sync;
+#[cfg(all(feature = "std", not(loom)))]
+pub mod truncation;
 
 #[cfg(feature = "std")]
 pub use com::ComConfig;

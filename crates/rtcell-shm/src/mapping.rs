@@ -22,6 +22,8 @@ pub struct SharedMemory {
     fd: OwnedFd,
     /// Path to unlink on drop (named regions we created).
     unlink: Option<String>,
+    /// Set when the file can shrink under the mapping (not a sealed memfd): see [`crate::truncation`].
+    guard: Option<crate::truncation::Guard>,
 }
 
 // SAFETY: the mapping is plain shared memory accessed only through atomics; the pointer stays valid
@@ -49,6 +51,14 @@ fn fd_size(fd: RawFd) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(st.st_size as usize)
+}
+
+/// Whether `fd` is a memfd sealed against shrinking (`F_SEAL_SHRINK`); any other file can be cut short
+/// by whoever else has it open for writing.
+fn sealed_against_shrinking(fd: RawFd) -> bool {
+    // SAFETY: F_GET_SEALS on a descriptor we own; no pointers.
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -84,17 +94,23 @@ impl SharedMemory {
             return Err(io::Error::last_os_error());
         }
         let ptr = map_fd(&fd, len)?;
-        Ok(SharedMemory { ptr, len, fd, unlink: None })
+        Ok(SharedMemory { ptr, len, fd, unlink: None, guard: None })
     }
 
-    /// Maps a region received by file descriptor (a child's side). Takes ownership of `fd`.
+    /// Maps a region received by file descriptor (a child's side). Takes ownership of `fd`. A file that
+    /// is not sealed against shrinking (a /dev/shm file, not our memfd) is guarded against a peer's
+    /// truncation ([`crate::truncation`]).
     pub fn from_fd(fd: OwnedFd) -> io::Result<SharedMemory> {
         let len = fd_size(fd.as_raw_fd())?;
         if len == 0 || len % 8 != 0 {
             return Err(io::Error::other(format!("shared region has an unusable size of {len} bytes")));
         }
         let ptr = map_fd(&fd, len)?;
-        Ok(SharedMemory { ptr, len, fd, unlink: None })
+        let mut m = SharedMemory { ptr, len, fd, unlink: None, guard: None };
+        if !sealed_against_shrinking(m.fd.as_raw_fd()) {
+            m.guard = Some(crate::truncation::guard(m.ptr, m.len, m.fd.as_raw_fd())?);
+        }
+        Ok(m)
     }
 
     fn named_path(name: &str) -> io::Result<String> {
@@ -149,7 +165,9 @@ impl SharedMemory {
             return Err(e);
         }
         let ptr = map_fd(&fd, len)?;
-        Ok((SharedMemory { ptr, len, fd, unlink: Some(path) }, stale))
+        let mut m = SharedMemory { ptr, len, fd, unlink: Some(path), guard: None };
+        m.guard = Some(crate::truncation::guard(m.ptr, m.len, m.fd.as_raw_fd())?);
+        Ok((m, stale))
     }
 
     /// Maps an existing named region.
@@ -207,6 +225,8 @@ impl SharedMemory {
 
 impl Drop for SharedMemory {
     fn drop(&mut self) {
+        // Unguarded first: the mapping and its descriptor go next.
+        drop(self.guard.take());
         // SAFETY: unmapping exactly the mapping we made; nothing borrows it past `self`.
         unsafe {
             libc::munmap(self.ptr as *mut libc::c_void, self.len);
