@@ -304,7 +304,7 @@ struct CellRun {
 /// Runs the whole suite.
 pub fn run(tsc: &TscClock, cfg: &ItcConfig) -> Result<SuiteRun, BenchError> {
     let mut warnings = Vec::new();
-    end::install_kick_handler();
+    rtcell_host::kick::Kick::BenchWait.install();
     // Memory locked once for the process; every side's thread is born locked.
     warnings.extend(apply_rt(&RtRequest { cpu: None, fifo_priority: None, lock_memory: true })?);
     let load = RunningLoad::start_beside_master(cfg.load, cfg.requester_cpu, cfg.responder_cpu, &mut warnings)?;

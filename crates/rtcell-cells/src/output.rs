@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rtcell_host::peer_text::{LogLimiter, PEER_TEXT_CAP, peer_text};
-use rtcell_kvm::vm::{LOG_BURST, LOG_PER_SECOND};
+use rtcell_kvm::guest_log::{LOG_BURST, LOG_PER_SECOND};
 
 /// Bytes read from the pipe at once.
 const CHUNK: usize = 64 * 1024;

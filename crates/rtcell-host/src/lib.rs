@@ -12,6 +12,7 @@ pub mod error;
 pub mod facts;
 #[cfg(test)]
 mod fixture;
+pub mod kick;
 pub mod outdir;
 pub mod peer_text;
 pub mod root;

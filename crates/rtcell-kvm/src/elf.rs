@@ -17,7 +17,7 @@ pub enum ElfError {
     #[error("payload is {0} bytes, above the {MAX_ELF_BYTES}-byte limit")]
     TooLarge(usize),
     #[error("not a 64-bit little-endian ELF file ({0})")]
-    NotElf(String),
+    NotElf(NotElf),
     #[error("ELF machine {0} is not x86-64")]
     WrongMachine(u16),
     #[error("ELF type {0} is not a static executable (ET_EXEC): build the payload with -static -no-pie")]
@@ -27,11 +27,42 @@ pub enum ElfError {
     #[error("payload has no loadable segment")]
     NoSegments,
     #[error("segment {index} at {vaddr:#x}: {why}")]
-    BadSegment { index: usize, vaddr: u64, why: String },
+    BadSegment { index: usize, vaddr: u64, why: SegmentError },
     #[error("segments {a} and {b} overlap")]
     Overlap { a: usize, b: usize },
     #[error("entry point {0:#x} is not inside an executable segment")]
     BadEntry(u64),
+}
+
+/// Why a file is not an ELF file the monitor can read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum NotElf {
+    /// The ELF parser's reason (header or program headers unreadable).
+    #[error("{0}")]
+    Parse(object::read::Error),
+    #[error("big-endian")]
+    BigEndian,
+}
+
+/// What is wrong with one loadable segment.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SegmentError {
+    #[error("physical address {0:#x} differs from its virtual address")]
+    PhysicalAddress(u64),
+    #[error("file size above memory size")]
+    FileAboveMemory,
+    #[error("file range overflows")]
+    FileRangeOverflows,
+    #[error("file range {start:#x}..{end:#x} runs past the {file_len}-byte file")]
+    PastFileEnd { start: u64, end: u64, file_len: usize },
+    #[error("address range overflows")]
+    AddressOverflows,
+    #[error("overlaps the monitor's pages (below {MONITOR_END:#x}): link payloads at {MONITOR_END:#x} or above")]
+    MonitorPages,
+    #[error(
+        "ends at {end:#x}, past the payload area (RAM {ram_size:#x} minus a {STACK_SIZE:#x}-byte stack): give the cell more RAM"
+    )]
+    PastPayloadArea { end: u64, ram_size: u64 },
 }
 
 /// One segment to copy into guest RAM.
@@ -58,10 +89,11 @@ pub fn parse(data: &[u8], ram_size: u64) -> Result<Image, ElfError> {
     if data.len() > MAX_ELF_BYTES {
         return Err(ElfError::TooLarge(data.len()));
     }
-    let hdr = FileHeader64::<Endianness>::parse(data).map_err(|e| ElfError::NotElf(e.to_string()))?;
-    let endian = hdr.endian().map_err(|e| ElfError::NotElf(e.to_string()))?;
+    let not_elf = |e: object::read::Error| ElfError::NotElf(NotElf::Parse(e));
+    let hdr = FileHeader64::<Endianness>::parse(data).map_err(not_elf)?;
+    let endian = hdr.endian().map_err(not_elf)?;
     if endian != Endianness::Little {
-        return Err(ElfError::NotElf("big-endian".into()));
+        return Err(ElfError::NotElf(NotElf::BigEndian));
     }
     if hdr.e_machine(endian) != EM_X86_64 {
         return Err(ElfError::WrongMachine(hdr.e_machine(endian)));
@@ -69,7 +101,7 @@ pub fn parse(data: &[u8], ram_size: u64) -> Result<Image, ElfError> {
     if hdr.e_type(endian) != ET_EXEC {
         return Err(ElfError::NotExecutable(hdr.e_type(endian)));
     }
-    let phdrs = hdr.program_headers(endian, data).map_err(|e| ElfError::NotElf(e.to_string()))?;
+    let phdrs = hdr.program_headers(endian, data).map_err(not_elf)?;
     let limit = ram_size.saturating_sub(STACK_SIZE);
     let mut segments = Vec::new();
     for (index, ph) in phdrs.iter().enumerate() {
@@ -81,28 +113,24 @@ pub fn parse(data: &[u8], ram_size: u64) -> Result<Image, ElfError> {
             continue;
         }
         let vaddr = ph.p_vaddr(endian);
-        let bad = |why: String| ElfError::BadSegment { index, vaddr, why };
+        let bad = |why: SegmentError| ElfError::BadSegment { index, vaddr, why };
         let (off, filesz, memsz) = (ph.p_offset(endian), ph.p_filesz(endian), ph.p_memsz(endian));
         if ph.p_paddr(endian) != vaddr {
-            return Err(bad(format!("physical address {:#x} differs from its virtual address", ph.p_paddr(endian))));
+            return Err(bad(SegmentError::PhysicalAddress(ph.p_paddr(endian))));
         }
         if filesz > memsz {
-            return Err(bad("file size above memory size".into()));
+            return Err(bad(SegmentError::FileAboveMemory));
         }
-        let file_end = off.checked_add(filesz).ok_or_else(|| bad("file range overflows".into()))?;
+        let file_end = off.checked_add(filesz).ok_or_else(|| bad(SegmentError::FileRangeOverflows))?;
         if file_end > data.len() as u64 {
-            return Err(bad(format!("file range {off:#x}..{file_end:#x} runs past the {}-byte file", data.len())));
+            return Err(bad(SegmentError::PastFileEnd { start: off, end: file_end, file_len: data.len() }));
         }
-        let end = vaddr.checked_add(memsz).ok_or_else(|| bad("address range overflows".into()))?;
+        let end = vaddr.checked_add(memsz).ok_or_else(|| bad(SegmentError::AddressOverflows))?;
         if vaddr < MONITOR_END {
-            return Err(bad(format!(
-                "overlaps the monitor's pages (below {MONITOR_END:#x}): link payloads at {MONITOR_END:#x} or above"
-            )));
+            return Err(bad(SegmentError::MonitorPages));
         }
         if end > limit {
-            return Err(bad(format!(
-                "ends at {end:#x}, past the payload area (RAM {ram_size:#x} minus a {STACK_SIZE:#x}-byte stack): give the cell more RAM"
-            )));
+            return Err(bad(SegmentError::PastPayloadArea { end, ram_size }));
         }
         segments.push(Segment {
             gpa: vaddr,

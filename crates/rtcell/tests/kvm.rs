@@ -225,7 +225,7 @@ fn without_kvm_the_other_cell_kinds_still_work() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let o = common::rtcell()
-        .env(rtcell_kvm::vm::KVM_DEVICE_ENV, "/nonexistent/kvm")
+        .env(rtcell_kvm::KVM_DEVICE_ENV, "/nonexistent/kvm")
         .args(["bench", "loopback", "--iterations", "200", "--sizes", "0,64", "--no-baseline", "--out"])
         .arg(&out)
         .output()
@@ -242,7 +242,7 @@ fn without_kvm_the_other_cell_kinds_still_work() {
     assert!(cells.contains(&"thread".to_string()) && cells.contains(&"process".to_string()));
     // Asking for kvm explicitly is refused with the reason.
     let o = common::rtcell()
-        .env(rtcell_kvm::vm::KVM_DEVICE_ENV, "/nonexistent/kvm")
+        .env(rtcell_kvm::KVM_DEVICE_ENV, "/nonexistent/kvm")
         .args(["bench", "loopback", "--cell", "kvm"])
         .output()
         .unwrap();

@@ -11,10 +11,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rtcell_host::kick::Kick;
 use rtcell_host::sched::{RtRequest, apply_rt, prefault_stack};
 use rtcell_host::tsc::rdtsc_ordered;
 
-use super::end::{Ctl, End, Fault, kick_signal};
+use super::end::{Ctl, End, Fault};
 use super::{Mechanism, REQUESTER_PRIORITY, RESPONDER_PRIORITY};
 use crate::{BenchError, stop_requested};
 
@@ -244,8 +245,8 @@ fn measure_ends(
             for (done, t) in [(req_done, requester.as_pthread_t()), (resp_done, responder.as_pthread_t())] {
                 if !done {
                     // SAFETY: the thread is not joined yet, so its pthread_t is valid even if it has
-                    // exited; the signal has a no-op handler (install_kick_handler).
-                    unsafe { libc::pthread_kill(t, kick_signal()) };
+                    // exited; the signal has a no-op handler (`Kick::install`).
+                    unsafe { libc::pthread_kill(t, Kick::BenchWait.signal()) };
                 }
             }
             if since.elapsed() > STOP_GRACE && !(req_done && resp_done) {
@@ -390,7 +391,8 @@ fn responder_main(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::itc::end::{Body, Ops, install_kick_handler};
+    use crate::itc::end::{Body, Ops};
+    use rtcell_host::kick::Kick;
 
     /// Wraps an end so that its sends go through `f` (which may drop or corrupt them).
     struct Tamper<F> {
@@ -439,7 +441,7 @@ mod tests {
         mechanism: Mechanism,
         f: impl FnMut(&mut dyn Ops, &[u8]) -> Result<(), Fault> + Send + 'static,
     ) -> Measured {
-        install_kick_handler();
+        Kick::BenchWait.install();
         let pool = Arc::new(payload_pool(1));
         let job = job(mechanism, 64, &pool);
         let ctl = Arc::new(Ctl::new(job.watchdog_ticks));
@@ -482,7 +484,7 @@ mod tests {
 
     #[test]
     fn every_mechanism_round_trips_correctly_on_one_cpu() {
-        install_kick_handler();
+        Kick::BenchWait.install();
         let pool = Arc::new(payload_pool(2));
         for mechanism in crate::itc::Mechanism::ALL.into_iter().filter(|m| !m.polls()) {
             for size in [1, 4, 3072] {

@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -204,28 +203,4 @@ pub(crate) fn realtime_deadline(d: Duration) -> libc::timespec {
         tv_sec: ts.tv_sec + d.as_secs() as libc::time_t + (nsec / 1_000_000_000) as libc::time_t,
         tv_nsec: (nsec % 1_000_000_000) as libc::c_long,
     }
-}
-
-/// The signal that interrupts a side blocked in a read, write or wait when its measurement stops.
-pub(crate) fn kick_signal() -> i32 {
-    // SIGRTMIN + 2 is the kvm monitor's; glibc keeps the two below SIGRTMIN() for itself.
-    libc::SIGRTMIN() + 3
-}
-
-extern "C" fn on_kick(_: libc::c_int) {}
-
-/// Installs the no-op handler of [`kick_signal`], once per process, without SA_RESTART: a blocked system
-/// call then returns EINTR instead of resuming.
-pub(crate) fn install_kick_handler() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        // SAFETY: a zeroed sigaction is valid; we set a handler that does nothing (async-signal-safe) and
-        // an empty mask, for a real-time signal nothing else in the process uses.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_kick as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(kick_signal(), &sa, std::ptr::null_mut());
-        }
-    });
 }
