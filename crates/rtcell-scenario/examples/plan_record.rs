@@ -320,7 +320,9 @@ fn keep(lit: &str, out: &mut Vec<String>) {
 /// Scenarios that reach the corners the files and tests do not.
 fn written_here() -> Vec<String> {
     let linux = |extra: &str, work: &str| {
-        format!("duration_s = 1\n[tasks.a]\ncell = \"linux\"\nperiod_us = 1000\npriority = 50\n{extra}workload = {work}\n")
+        format!(
+            "duration_s = 1\n[tasks.a]\ncell = \"linux\"\nperiod_us = 1000\npriority = 50\n{extra}workload = {work}\n"
+        )
     };
     vec![
         "name = \"a b\"\nduration_s = 1\n".into(),
@@ -443,8 +445,11 @@ fn variants(text: &str) -> Vec<String> {
     (0..VARIANTS).map(|k| all[k * all.len() / VARIANTS].clone()).collect()
 }
 
+/// Byte ranges (start, end) in a line.
+type Ranges = Vec<(usize, usize)>;
+
 /// Byte ranges of the numbers (outside strings) and of the strings' contents in `line`.
-fn tokens(line: &str) -> (Vec<(usize, usize)>, Vec<(usize, usize)>) {
+fn tokens(line: &str) -> (Ranges, Ranges) {
     let b = line.as_bytes();
     let (mut nums, mut strs) = (Vec::new(), Vec::new());
     let mut i = 0;
