@@ -1,5 +1,12 @@
 //! Validation: the raw file becomes a [`Plan`] that can be started as it is, or a list of complaints,
 //! each with its line, its field and its fix. Nothing starts before the whole file is accepted.
+//!
+//! `Validator::plan` checks the file concern by concern, each in its module: the limits of the whole
+//! file (`limits`, `region`, `cycle`), the CPUs (`cpus`), the cells (`cells`, `payload_args`), the rings
+//! (`channels`), the signals (`signals`, `writable`), the COM channels (`com`), the tasks (`tasks`, their
+//! workloads in `tasks/work`, C code in `tasks/c` and `origin`), then what needs all of them (endpoints,
+//! the cells' uses, utilisation, writable signals' readers), the loads (`loads`) and the EtherCAT segment
+//! (`ethercat`). Complaints are sorted by line; on one line they keep the order they were found in.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -349,6 +356,7 @@ impl Validator<'_> {
         false
     }
 
+    /// The plan of `raw`, complaints in `self.diags` (the plan is used only when there are none).
     fn plan(&mut self, raw: &RawScenario, path: &Path, host: &HostView) -> Plan {
         let (name, duration) = self.name_and_duration(raw, path);
         let d = Declared::of(raw);
