@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::file::{RawScenario, RawWork};
+use crate::file::{RawScenario, RawTask, RawWork};
 
 use super::Validator;
 
@@ -109,88 +109,7 @@ impl Validator<'_> {
             );
         }
         for (tname, t) in &raw.tasks {
-            let p = format!("tasks.{tname}");
-            if t.period_us > 0 {
-                self.int_range(
-                    &format!("{p}.period_us"),
-                    t.period_us,
-                    1,
-                    MAX_PERIOD_US,
-                    " us",
-                    "period_us = 1000 (1 us to 1 h)",
-                );
-            }
-            if let Some(w) = &t.watchdog
-                && w.time_us > 0
-            {
-                self.int_range(
-                    &format!("{p}.watchdog.time_us"),
-                    w.time_us,
-                    1,
-                    MAX_PERIOD_US,
-                    " us",
-                    "time_us = the period, e.g. 1000",
-                );
-                self.int_range(
-                    &format!("{p}.watchdog.sensitivity"),
-                    u64::from(w.sensitivity),
-                    1,
-                    1_000_000,
-                    "",
-                    "sensitivity = 3",
-                );
-            }
-            if let Some(b) = t.budget_us {
-                self.float_range(
-                    &format!("{p}.budget_us"),
-                    b,
-                    (0.0, false),
-                    MAX_PERIOD_US as f64,
-                    " us",
-                    "budget_us = 50",
-                );
-            }
-            let hour = MAX_PERIOD_US as f64;
-            match &t.workload {
-                RawWork::Spin { us, inject } => {
-                    self.float_range(&format!("{p}.workload.us"), *us, (0.0, false), hour, " us", "us = 50");
-                    if let Some(i) = inject {
-                        let ip = format!("{p}.workload.inject");
-                        self.float_range(&format!("{ip}.us"), i.us, (0.0, false), hour, " us", "us = 500");
-                        self.int_range(&format!("{ip}.at_cycle"), i.at_cycle, 0, MAX_CYCLES, "", "at_cycle = 100");
-                        self.int_range(&format!("{ip}.cycles"), i.cycles, 1, MAX_CYCLES, "", "cycles = 1");
-                    }
-                }
-                RawWork::Drive { us, .. } => {
-                    self.float_range(&format!("{p}.workload.us"), *us, (0.0, false), hour, " us", "us = 20");
-                }
-                RawWork::Scribble { at_cycle, cycles, .. } => {
-                    let w = format!("{p}.workload");
-                    self.int_range(&format!("{w}.at_cycle"), *at_cycle, 0, MAX_CYCLES, "", "at_cycle = 100");
-                    self.int_range(&format!("{w}.cycles"), *cycles, 1, MAX_CYCLES, "", "cycles = 1");
-                }
-                RawWork::Trajectory { from_deg, to_deg, move_s } => {
-                    for (f, v) in [("from_deg", from_deg), ("to_deg", to_deg)] {
-                        self.float_range(
-                            &format!("{p}.workload.{f}"),
-                            *v,
-                            (-MAX_DEG, false),
-                            MAX_DEG,
-                            " deg",
-                            "e.g. 90",
-                        );
-                    }
-                    self.float_range(
-                        &format!("{p}.workload.move_s"),
-                        *move_s,
-                        (0.0, true),
-                        MAX_DURATION_S,
-                        " s",
-                        "move_s = 2",
-                    );
-                }
-                _ => {}
-            }
+            self.task_ranges(tname, t);
         }
         if let Some(e) = &raw.ethercat {
             if let Some(t) = e.timeout_us {
@@ -211,6 +130,83 @@ impl Validator<'_> {
                     self.err(&format!("signals.{n}.{f}"), format!("{v} is not a finite number"), "give a number");
                 }
             }
+        }
+    }
+
+    /// Ranges of a task's numbers: period, watchdog, budget, and its workload's.
+    fn task_ranges(&mut self, tname: &str, t: &RawTask) {
+        let p = format!("tasks.{tname}");
+        if t.period_us > 0 {
+            self.int_range(
+                &format!("{p}.period_us"),
+                t.period_us,
+                1,
+                MAX_PERIOD_US,
+                " us",
+                "period_us = 1000 (1 us to 1 h)",
+            );
+        }
+        if let Some(w) = &t.watchdog
+            && w.time_us > 0
+        {
+            self.int_range(
+                &format!("{p}.watchdog.time_us"),
+                w.time_us,
+                1,
+                MAX_PERIOD_US,
+                " us",
+                "time_us = the period, e.g. 1000",
+            );
+            self.int_range(
+                &format!("{p}.watchdog.sensitivity"),
+                u64::from(w.sensitivity),
+                1,
+                1_000_000,
+                "",
+                "sensitivity = 3",
+            );
+        }
+        if let Some(b) = t.budget_us {
+            self.float_range(&format!("{p}.budget_us"), b, (0.0, false), MAX_PERIOD_US as f64, " us", "budget_us = 50");
+        }
+        self.workload_ranges(&p, &t.workload);
+    }
+
+    /// Ranges of a workload's numbers (at `p`, the task's path).
+    fn workload_ranges(&mut self, p: &str, work: &RawWork) {
+        let hour = MAX_PERIOD_US as f64;
+        match work {
+            RawWork::Spin { us, inject } => {
+                self.float_range(&format!("{p}.workload.us"), *us, (0.0, false), hour, " us", "us = 50");
+                if let Some(i) = inject {
+                    let ip = format!("{p}.workload.inject");
+                    self.float_range(&format!("{ip}.us"), i.us, (0.0, false), hour, " us", "us = 500");
+                    self.int_range(&format!("{ip}.at_cycle"), i.at_cycle, 0, MAX_CYCLES, "", "at_cycle = 100");
+                    self.int_range(&format!("{ip}.cycles"), i.cycles, 1, MAX_CYCLES, "", "cycles = 1");
+                }
+            }
+            RawWork::Drive { us, .. } => {
+                self.float_range(&format!("{p}.workload.us"), *us, (0.0, false), hour, " us", "us = 20");
+            }
+            RawWork::Scribble { at_cycle, cycles, .. } => {
+                let w = format!("{p}.workload");
+                self.int_range(&format!("{w}.at_cycle"), *at_cycle, 0, MAX_CYCLES, "", "at_cycle = 100");
+                self.int_range(&format!("{w}.cycles"), *cycles, 1, MAX_CYCLES, "", "cycles = 1");
+            }
+            RawWork::Trajectory { from_deg, to_deg, move_s } => {
+                for (f, v) in [("from_deg", from_deg), ("to_deg", to_deg)] {
+                    self.float_range(&format!("{p}.workload.{f}"), *v, (-MAX_DEG, false), MAX_DEG, " deg", "e.g. 90");
+                }
+                self.float_range(
+                    &format!("{p}.workload.move_s"),
+                    *move_s,
+                    (0.0, true),
+                    MAX_DURATION_S,
+                    " s",
+                    "move_s = 2",
+                );
+            }
+            _ => {}
         }
     }
 

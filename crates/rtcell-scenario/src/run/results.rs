@@ -1,0 +1,177 @@
+//! What a run reports: per task its counters and histograms, per channel what it carried, per cell its
+//! end, and the run's warnings and errors; the counters read at the end, checked against the tasks' own
+//! record.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rtcell_cells::CellKind;
+use rtcell_shm::RegionView;
+use rtcell_tasks::stats::read_histogram;
+use rtcell_tasks::{TaskCounters, TaskSpec, TaskWork, read_counters};
+
+use crate::plan::Plan;
+
+/// What one task did.
+#[derive(Debug, Clone)]
+pub struct TaskResult {
+    pub name: String,
+    /// Cell name, or `linux`.
+    pub cell: String,
+    pub cell_kind: String,
+    pub spec: TaskSpec,
+    pub counters: TaskCounters,
+    /// Releases due in the run: what `cycles + skipped` should be.
+    pub expected: u64,
+    pub exec: HistSummary,
+    pub latency: HistSummary,
+}
+
+/// A histogram read back from shared memory (ns), with its summary.
+#[derive(Debug, Clone, Default)]
+pub struct HistSummary {
+    pub count: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub sum_ns: u64,
+    pub bucket_ns: u64,
+    pub buckets: Vec<u64>,
+    pub overflow: u64,
+}
+
+impl HistSummary {
+    /// Reads a histogram; one a peer scribbled is an error of the run (never silently zero).
+    pub(super) fn read(region: &RegionView<'_>, channel: &str, errors: &mut Vec<String>) -> HistSummary {
+        match read_histogram(region, channel) {
+            Ok(h) => HistSummary {
+                count: h.count,
+                min_ns: h.min().unwrap_or(0),
+                max_ns: h.max().unwrap_or(0),
+                sum_ns: h.sum,
+                bucket_ns: h.bucket_width_ns,
+                buckets: h.buckets().map(|(_, c)| c).collect(),
+                overflow: h.overflow,
+            },
+            Err(e) => {
+                errors.push(format!("histogram {e}"));
+                HistSummary::default()
+            }
+        }
+    }
+
+    pub fn mean_ns(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_ns as f64 / self.count as f64)
+    }
+}
+
+/// What one channel carried.
+#[derive(Debug, Clone)]
+pub struct ChannelResult {
+    pub name: String,
+    pub sent: u64,
+    pub received: u64,
+    /// Queued and then lost before the receiver took them.
+    pub lost: u64,
+    /// Refused at the sender (ring full): never queued, so not lost.
+    pub refused: u64,
+    /// Still queued at the end.
+    pub queued: u64,
+}
+
+/// What one cell did.
+#[derive(Debug, Clone)]
+pub struct CellResult {
+    pub name: String,
+    pub kind: CellKind,
+    pub cpu: usize,
+    pub status: String,
+    pub start: Option<Duration>,
+    pub vm_exits: Option<BTreeMap<String, u64>>,
+    /// Messages or steps the cell's workload counted (its control block's `handled`).
+    pub handled: u64,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub tasks: Vec<TaskResult>,
+    pub channels: Vec<ChannelResult>,
+    pub cells: Vec<CellResult>,
+    /// Final value of every signal.
+    pub signals: BTreeMap<String, Vec<f64>>,
+    /// Stolen time per CPU during the run (ms), from /proc/stat.
+    pub steal_ms: BTreeMap<usize, f64>,
+    pub measured: Duration,
+    pub warnings: Vec<String>,
+    /// Watchdog trips, cell deaths, task faults, wrong replies: a run with any is a failed run.
+    pub errors: Vec<String>,
+    pub incomplete: bool,
+    /// Files the run wrote (logs).
+    pub files: Vec<PathBuf>,
+}
+
+/// A task's final counters: a Linux-side task's own record (`own`), a cell task's block once checked.
+/// A block that does not hold what the task recorded, or fails its check, is an error naming it.
+pub(super) fn final_counters(
+    region: &RegionView<'_>,
+    task: &str,
+    own: Option<&TaskCounters>,
+    errors: &mut Vec<String>,
+) -> TaskCounters {
+    let block = rtcell_tasks::stats::stats_channel(task);
+    let shared = rtcell_tasks::stats::verify_final(region, task);
+    match (own, shared) {
+        (Some(own), Ok(shared)) if shared != *own => {
+            errors.push(format!(
+                "statistics block {block:?} was scribbled: it holds {} cycles, state {}, where task {task:?} counted \
+                 {} cycles, state {} (the task's own record is reported)",
+                shared.cycles,
+                shared.state.map_or("?", |s| s.as_str()),
+                own.cycles,
+                own.state.map_or("?", |s| s.as_str()),
+            ));
+            own.clone()
+        }
+        (Some(own), Ok(_)) => own.clone(),
+        (Some(own), Err(e)) => {
+            errors.push(format!("{e} (task {task:?}'s own record is reported)"));
+            own.clone()
+        }
+        (None, Ok(shared)) => shared,
+        (None, Err(e)) => {
+            errors.push(e);
+            read_counters(region, task).unwrap_or_default()
+        }
+    }
+}
+
+/// What every ring of the plan has carried so far.
+pub fn channels_now(plan: &Plan, region: &RegionView<'_>) -> Vec<ChannelResult> {
+    // A task that finds a ring full drops its frame (refused); a cell service retries until there is room
+    // (not refused), so the ring's own reject count is not what tasks refused.
+    let mut channels = Vec::new();
+    for ch in &plan.channels {
+        if let Ok(r) = region.ring(&ch.name) {
+            let c = r.counters();
+            let dropped: u64 = plan
+                .tasks
+                .iter()
+                .filter(|t| {
+                    t.spec.send.as_deref() == Some(ch.name.as_str())
+                        || matches!(&t.spec.work, TaskWork::Master { request, .. } if *request == ch.name)
+                })
+                .map(|t| read_counters(region, &t.spec.name).map_or(0, |c| c.send_fail))
+                .sum();
+            channels.push(ChannelResult {
+                name: ch.name.clone(),
+                sent: c.sent,
+                received: c.received,
+                lost: c.lost,
+                refused: dropped,
+                queued: c.sent.saturating_sub(c.received + c.lost),
+            });
+        }
+    }
+    channels
+}
