@@ -18,6 +18,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use sha2::{Digest, Sha256};
@@ -78,15 +79,50 @@ impl std::fmt::Display for Role {
 /// The caller of one request, decided once by [`Authorized`] and put into the request's extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    /// For the audit log: e.g. `unix uid 1000 pid 42`, `tls 10.0.0.5:51234 cert sha256:…`.
+    /// For the audit log's successes: the connection, e.g. `unix uid 1000 pid 42`,
+    /// `tls 10.0.0.5:51234 cert sha256:…`.
     pub id: String,
+    /// For the audit log's refusals, which are counted per client: the identity and the address
+    /// without the port or the process, e.g. `unix uid 1000`, `tls 10.0.0.5 cert sha256:…`, so that a
+    /// client's refusals over many connections are one count.
+    pub client: String,
     /// The identity rate limits count against: the uid, the certificate, the token — never the
     /// connection or the address.
     pub key: String,
     pub role: Role,
     /// Where it called: per-identity shares apply on TCP (the Unix socket's peers are the server's user).
     pub listener: Listener,
+    /// Set once a handler has audited the request itself ([`Caller::audited`]); [`Authorized`] audits
+    /// every other failed call.
+    pub audited: Audited,
 }
+
+impl Caller {
+    /// The handler has written this request's audit entry (success or refusal): [`Authorized`] does not
+    /// audit its failure again.
+    pub fn audited(&self) {
+        self.audited.0.store(true, Ordering::Release);
+    }
+}
+
+/// Whether a request's handler audited it; shared by the clones of its [`Caller`] (equal whatever its
+/// state: it is no part of who calls).
+#[derive(Debug, Clone, Default)]
+pub struct Audited(Arc<AtomicBool>);
+
+impl Audited {
+    fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+impl PartialEq for Audited {
+    fn eq(&self, _: &Audited) -> bool {
+        true
+    }
+}
+
+impl Eq for Audited {}
 
 /// The caller of a request that passed [`Authorized`].
 pub fn caller<T>(req: &tonic::Request<T>) -> Result<Caller, Status> {
@@ -254,15 +290,26 @@ impl Access {
             return Ok(match ext.get::<UdsConnectInfo>().and_then(|i| i.peer_cred) {
                 Some(c) => Caller {
                     id: format!("unix uid {} pid {}", c.uid(), c.pid().map_or("?".into(), |p| p.to_string())),
+                    client: format!("unix uid {}", c.uid()),
                     key: format!("uid:{}", c.uid()),
                     role: Role::Admin,
                     listener: Listener::Unix,
+                    audited: Audited::default(),
                 },
-                None => Caller { id: "unix".into(), key: "unix".into(), role: Role::Admin, listener: Listener::Unix },
+                None => Caller {
+                    id: "unix".into(),
+                    client: "unix".into(),
+                    key: "unix".into(),
+                    role: Role::Admin,
+                    listener: Listener::Unix,
+                    audited: Audited::default(),
+                },
             });
         }
         let tls_info = ext.get::<TlsConnectInfo<TcpConnectInfo>>();
-        let addr = crate::conn::peer_of(ext).map_or_else(|| "?".into(), |a| a.to_string());
+        let peer = crate::conn::peer_of(ext);
+        let addr = peer.map_or_else(|| "?".into(), |a| a.to_string());
+        let ip = peer.map_or_else(|| "?".into(), |a| a.ip().to_string());
         let mut ids = Vec::new();
         let mut keys = Vec::new();
         let mut role = Role::Admin;
@@ -293,9 +340,11 @@ impl Access {
         let scheme = if self.tls { "tls" } else { "tcp" };
         Ok(Caller {
             id: format!("{scheme} {addr} {}", ids.join(" ")),
+            client: format!("{scheme} {ip} {}", ids.join(" ")),
             key: keys.join(" "),
             role,
             listener: Listener::Tcp,
+            audited: Audited::default(),
         })
     }
 }
@@ -317,7 +366,9 @@ pub fn method_of(path: &str) -> &str {
 }
 
 /// In front of the service: identifies the caller, checks the method's role, and hands the [`Caller`]
-/// to the handler (request extensions); refusals are audited.
+/// to the handler (request extensions). Every failed call is audited: its own refusals (no identity, a
+/// role too low, a connection over its identity's limit) here, the handlers' where they audit them
+/// ([`Caller::audited`]), and every other failed answer here too, as `refused` with its method.
 #[derive(Clone)]
 pub struct Authorized<S> {
     pub inner: S,
@@ -363,7 +414,12 @@ where
                 status
             }
             Ok(caller) => match self.conns.admit(req.extensions_mut(), &caller.key) {
-                Err(status) => status,
+                Err(status) => {
+                    // Admission (the connections of its identity): refused before any handler.
+                    let what = serde_json::json!({ "method": method });
+                    self.gateway.audit.refused(&caller.client, "refused", what, &status);
+                    status
+                }
                 Ok(()) => return self.serve(caller, method, req),
             },
         };
@@ -377,6 +433,8 @@ type Answer<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
 impl<S> Authorized<S> {
     /// An identified request: the service's answer if the caller's role allows the method (the
     /// request in flight on its connection until the answer's end), else PERMISSION_DENIED, audited.
+    /// A failed answer that no handler audited (an undecodable or oversized message, an unknown method,
+    /// NOT_FOUND of a read, a stream over its limit, ...) is audited here, as `refused`.
     fn serve<B>(&mut self, caller: Caller, method: String, mut req: http::Request<B>) -> Answer<S::Response, S::Error>
     where
         S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Send,
@@ -386,13 +444,25 @@ impl<S> Authorized<S> {
         let need = Role::needed_for(&method);
         if caller.role >= need {
             let in_flight = req.extensions().get::<crate::conn::Conn>().map(|c| c.request());
+            let failed = Unaudited {
+                gateway: Arc::clone(&self.gateway),
+                client: caller.client.clone(),
+                method,
+                audited: caller.audited.clone(),
+            };
             req.extensions_mut().insert(caller);
             let fut = self.inner.call(req);
             return Box::pin(async move {
                 let resp = fut.await?;
+                // A trailers-only answer (every refusal of a unary call) has its status in the headers;
+                // a stream's is in its trailers.
+                failed.check(resp.headers());
                 Ok(resp.map(|b| {
                     tonic::body::Body::new(b.map_frame(move |f| {
                         let _held = &in_flight;
+                        if let Some(t) = f.trailers_ref() {
+                            failed.check(t);
+                        }
                         f
                     }))
                 }))
@@ -403,13 +473,47 @@ impl<S> Authorized<S> {
             caller.id, caller.role
         ));
         self.gateway.audit.refused(
-            &caller.id,
+            &caller.client,
             "denied",
             serde_json::json!({ "method": method, "role": caller.role.as_str(), "needs": need.as_str() }),
             &status,
         );
         Box::pin(async move { Ok(status.into_http()) })
     }
+}
+
+/// Audits the failure of an answer whose handler did not audit it.
+struct Unaudited {
+    gateway: Arc<Gateway>,
+    client: String,
+    method: String,
+    audited: Audited,
+}
+
+impl Unaudited {
+    /// `headers` (response headers or trailers): if they carry a failed `grpc-status` and nothing audited
+    /// the request yet, audits it as `refused` (once).
+    fn check(&self, headers: &http::HeaderMap) {
+        if self.audited.is_set() {
+            return;
+        }
+        let Some(status) = status_of(headers) else { return };
+        if status.code() == tonic::Code::Ok || self.audited.0.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.gateway.audit.refused(&self.client, "refused", serde_json::json!({ "method": self.method }), &status);
+    }
+}
+
+/// The gRPC status in `headers` (`grpc-status` and `grpc-message` only), if any.
+fn status_of(headers: &http::HeaderMap) -> Option<Status> {
+    let mut only = http::HeaderMap::new();
+    for name in ["grpc-status", "grpc-message"] {
+        if let Some(v) = headers.get(name) {
+            only.insert(name, v.clone());
+        }
+    }
+    Status::from_header_map(&only)
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ use std::time::Instant;
 
 use tonic::Status;
 
+use crate::access::Caller;
+
 /// Bytes of a client's text (a name, a path, a message) shown at most in the audit log, stderr or an
 /// error message; longer text is cut and marked (escaped by `rtcell_host::peer_text` in any case).
 pub const CLIENT_TEXT_CAP: usize = 128;
@@ -96,25 +98,46 @@ impl RateLimit {
     }
 }
 
+/// Size of the audit log file at which it is rotated: renamed to `FILE.1` (replacing the one before)
+/// and started anew, so that at most twice this is on disk.
+pub const AUDIT_ROTATE_BYTES: u64 = 64 << 20;
+
 /// The audit log: one JSON line per write and deploy (who, what, result), to a file and to stderr.
 pub struct Audit {
-    file: Option<Mutex<std::fs::File>>,
+    file: Option<Mutex<AuditFile>>,
     path: Option<PathBuf>,
     /// Refusals a client can repeat in a loop, written in aggregate ([`crate::tally`]).
     refusals: crate::tally::Tally,
 }
 
+/// The open audit log file, its size, and the size at which it is rotated.
+struct AuditFile {
+    file: std::fs::File,
+    len: u64,
+    rotate_at: u64,
+}
+
+fn open_append(p: &Path) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| format!("audit log {}: {e}", p.display()))
+}
+
 impl Audit {
     pub fn open(path: Option<&Path>) -> Result<Audit, String> {
+        Audit::open_rotating(path, AUDIT_ROTATE_BYTES)
+    }
+
+    /// [`Audit::open`] rotating at `rotate_at` bytes instead of [`AUDIT_ROTATE_BYTES`].
+    pub fn open_rotating(path: Option<&Path>, rotate_at: u64) -> Result<Audit, String> {
         let Some(p) = path else {
             return Ok(Audit { file: None, path: None, refusals: Default::default() });
         };
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(p)
-            .map_err(|e| format!("audit log {}: {e}", p.display()))?;
-        Ok(Audit { file: Some(Mutex::new(f)), path: Some(p.to_owned()), refusals: Default::default() })
+        let file = open_append(p)?;
+        let len = file.metadata().map_err(|e| format!("audit log {}: {e}", p.display()))?.len();
+        Ok(Audit {
+            file: Some(Mutex::new(AuditFile { file, len, rotate_at })),
+            path: Some(p.to_owned()),
+            refusals: Default::default(),
+        })
     }
 
     pub fn path(&self) -> Option<&Path> {
@@ -135,12 +158,14 @@ impl Audit {
         }
     }
 
-    /// An action and its result: a success is written at once (successes are rate-limited per
-    /// identity), a refusal counted ([`Audit::refused`]).
-    pub fn log(&self, client: &str, action: &str, what: serde_json::Value, result: &Result<String, Status>) {
+    /// An action of `who` and its result, audited by its handler (so not again as a failed call, see
+    /// `access::Authorized`): a success is written at once (successes are rate-limited per identity)
+    /// naming the connection, a refusal counted per client ([`Audit::refused`]).
+    pub fn log(&self, who: &Caller, action: &str, what: serde_json::Value, result: &Result<String, Status>) {
+        who.audited();
         match result {
-            Ok(_) => self.line(client, action, what, result),
-            Err(s) => self.refused(client, action, what, s),
+            Ok(_) => self.line(&who.id, action, what, result),
+            Err(s) => self.refused(&who.client, action, what, s),
         }
     }
 
@@ -164,7 +189,70 @@ impl Audit {
         if let Some(f) = &self.file
             && let Ok(mut f) = f.lock()
         {
-            let _ = writeln!(f, "{line}");
+            let text = format!("{line}\n");
+            if f.len > 0 && f.len + text.len() as u64 > f.rotate_at {
+                self.rotate(&mut f);
+            }
+            if f.file.write_all(text.as_bytes()).is_ok() {
+                f.len += text.len() as u64;
+            }
         }
+    }
+
+    /// Renames the file to `FILE.1` (replacing the one before) and starts a new one; if that fails,
+    /// writing goes on in the file as it is.
+    fn rotate(&self, f: &mut AuditFile) {
+        let Some(p) = &self.path else { return };
+        let mut old = p.clone().into_os_string();
+        old.push(".1");
+        if let Err(e) = std::fs::rename(p, &old) {
+            eprintln!("audit: cannot rotate {}: {e}", p.display());
+            return;
+        }
+        match open_append(p) {
+            Ok(file) => {
+                f.file = file;
+                f.len = 0;
+            }
+            Err(e) => eprintln!("audit: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_log_is_rotated_to_one_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("audit.log");
+        let limit = 2000;
+        let a = Audit::open_rotating(Some(&p), limit).unwrap();
+        for i in 0..100 {
+            a.line("unix uid 0", "write", serde_json::json!({ "n": i }), &Ok("ok".into()));
+        }
+        let now = std::fs::read_to_string(&p).unwrap();
+        let old = std::fs::read_to_string(dir.path().join("audit.log.1")).unwrap();
+        assert!(now.len() as u64 <= limit && old.len() as u64 <= limit, "{} and {} bytes", now.len(), old.len());
+        assert!(now.lines().last().unwrap().contains("\"n\":99"), "the newest line is in the file: {now}");
+        let first_now: serde_json::Value = serde_json::from_str(now.lines().next().unwrap()).unwrap();
+        let last_old: serde_json::Value = serde_json::from_str(old.lines().last().unwrap()).unwrap();
+        assert_eq!(last_old["what"]["n"].as_u64().unwrap() + 1, first_now["what"]["n"].as_u64().unwrap());
+        let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(files.len(), 2, "one old file kept: {files:?}");
+        // Reopened, it goes on counting from the file's size.
+        drop(a);
+        let a = Audit::open_rotating(Some(&p), limit).unwrap();
+        let mut last = std::fs::metadata(&p).unwrap().len();
+        let mut rotated = false;
+        for i in 0..20 {
+            a.line("unix uid 0", "write", serde_json::json!({ "again": i }), &Ok("ok".into()));
+            let len = std::fs::metadata(&p).unwrap().len();
+            assert!(len <= limit, "{len} bytes");
+            rotated |= len < last;
+            last = len;
+        }
+        assert!(rotated, "the size of the reopened file was counted");
     }
 }

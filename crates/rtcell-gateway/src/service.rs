@@ -37,7 +37,8 @@ pub struct Gateway {
     /// CPUs never deployed onto: the gateway's and the Linux side's.
     master_cpus: Vec<usize>,
     pub counters: GatewayCounters,
-    writes: tokio::sync::Mutex<()>,
+    /// Writes in flight: one per identity, one per signal ([`crate::write::Writes`]).
+    writes: crate::write::Writes,
     /// Writes per identity.
     limit: RateLimit,
     /// Starts, stops, deploys and cell stops per identity.
@@ -75,7 +76,7 @@ impl Gateway {
             sources: opts.sources,
             master_cpus: opts.master_cpus,
             counters: GatewayCounters::default(),
-            writes: tokio::sync::Mutex::new(()),
+            writes: crate::write::Writes::default(),
             limit: RateLimit::new("writes", opts.write_rate, opts.write_burst),
             control: RateLimit::new("starts, stops and deploys", CONTROL_RATE, CONTROL_BURST),
             audit: opts.audit,
@@ -277,7 +278,7 @@ impl GatewayApi for Service {
             serde_json::json!({ "signal": r.name, "values": r.values.iter().map(value_json).collect::<Vec<_>>() });
         let res = self.write(&who, &r).await;
         self.0.audit.log(
-            &who.id,
+            &who,
             "write",
             what,
             &res.as_ref()
@@ -302,12 +303,7 @@ impl GatewayApi for Service {
         let r = req.into_inner();
         let what = serde_json::json!({ "path": r.path, "toml_bytes": r.toml.len(), "base_dir": r.base_dir, "duration": r.duration, "kinds": r.kinds });
         let res = self.0.control.take(&who.key, &who.id).and_then(|()| self.0.start_scenario(r));
-        self.0.audit.log(
-            &who.id,
-            "start",
-            what,
-            &res.as_ref().map(|i| format!("run {}", i.run_id)).map_err(Clone::clone),
-        );
+        self.0.audit.log(&who, "start", what, &res.as_ref().map(|i| format!("run {}", i.run_id)).map_err(Clone::clone));
         res.map(Response::new)
     }
 
@@ -327,7 +323,7 @@ impl GatewayApi for Service {
             Ok(snapshot::run_info(&slot))
         });
         self.0.audit.log(
-            &who.id,
+            &who,
             "stop",
             serde_json::json!({ "run": run_id }),
             &res.as_ref().map(|_| "stop requested".to_string()).map_err(Clone::clone),
@@ -344,7 +340,7 @@ impl GatewayApi for Service {
         let sha = crate::security::hex(&<sha2::Sha256 as sha2::Digest>::digest(&r.elf));
         let what = serde_json::json!({ "bytes": r.elf.len(), "sha256": sha, "cpu": r.cpu, "name": r.name });
         if let Err(e) = self.0.control.take(&who.key, &who.id) {
-            self.0.audit.log(&who.id, "deploy", what, &Err(e.clone()));
+            self.0.audit.log(&who, "deploy", what, &Err(e.clone()));
             return Err(e);
         }
         let g = Arc::clone(&self.0);
@@ -369,7 +365,7 @@ impl GatewayApi for Service {
             self.0.counters.deploys.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.0.audit.log(
-            &who.id,
+            &who,
             "deploy",
             what,
             &res.as_ref()
@@ -383,7 +379,7 @@ impl GatewayApi for Service {
         let who = caller(&req)?;
         let name = req.into_inner().name;
         if let Err(e) = self.0.control.take(&who.key, &who.id) {
-            self.0.audit.log(&who.id, "stop-cell", serde_json::json!({ "cell": name }), &Err(e.clone()));
+            self.0.audit.log(&who, "stop-cell", serde_json::json!({ "cell": name }), &Err(e.clone()));
             return Err(e);
         }
         let g = Arc::clone(&self.0);
@@ -395,7 +391,7 @@ impl GatewayApi for Service {
         .await
         .map_err(|e| Status::internal(format!("stop task: {e}")))?;
         self.0.audit.log(
-            &who.id,
+            &who,
             "stop-cell",
             serde_json::json!({ "cell": name }),
             &res.as_ref().map(|c| c.status.clone()).map_err(Clone::clone),
@@ -431,12 +427,15 @@ impl GatewayApi for Service {
 
 impl Service {
     async fn write(&self, who: &crate::access::Caller, r: &pb::WriteSignalRequest) -> Result<pb::WriteAck, Status> {
+        // One write in flight per client: a second is refused at once, never queued.
+        let _mine = self.0.writes.enter(&who.key, &who.client)?;
         self.0.limit.take(&who.key, &who.id)?;
         let (_, live) = self.0.running()?;
         let (sig, values) = crate::write::check(&live.plan, r)?;
         let wait = crate::write::ack_wait(&live, sig, r.timeout_ms);
-        // One write at a time: each acknowledgement then answers exactly one write.
-        let _one = self.0.writes.lock().await;
+        // One write at a time per signal: each acknowledgement then answers exactly one write. Waited
+        // for no longer than the write's own acknowledgement.
+        let _signal = self.0.writes.signal(&sig.name, wait).await?;
         crate::write::write_and_confirm(&live, sig, &values, wait).await
     }
 }

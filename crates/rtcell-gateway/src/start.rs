@@ -120,6 +120,8 @@ impl Gateway {
                 cur.state()
             )));
         }
+        // How refusals name the scenario: as the client gave it, never by a path of the server's.
+        let shown = if r.path.is_empty() { "(scenario text)".to_string() } else { quoted(&r.path) };
         let library_dir = self.sources.library_dir.clone();
         let (path, spooled, origin) = match (r.path.is_empty(), r.toml.is_empty()) {
             (false, true) => (self.sources.named(&r.path)?, None, Origin::Api { library_dir, base: None }),
@@ -134,6 +136,7 @@ impl Gateway {
                 ));
             }
         };
+        let file = path.clone();
         let req =
             StartRequest { path, duration: (!r.duration.is_empty()).then_some(r.duration), kinds: r.kinds, origin };
         match runner.start(req) {
@@ -148,13 +151,35 @@ impl Gateway {
                 if let Some(p) = spooled {
                     let _ = std::fs::remove_file(p);
                 }
+                let text = |m: &str| bounded_lines(&self.without_server_paths(m, &file, &shown));
                 Err(match e {
-                    Refusal::Invalid(m) => Status::invalid_argument(bounded_lines(&m)),
-                    Refusal::Busy(m) => Status::failed_precondition(bounded_lines(&m)),
-                    Refusal::Failed(m) => Status::internal(bounded_lines(&m)),
+                    Refusal::Invalid(m) => Status::invalid_argument(text(&m)),
+                    Refusal::Busy(m) => Status::failed_precondition(text(&m)),
+                    Refusal::Failed(m) => Status::internal(text(&m)),
                 })
             }
         }
+    }
+
+    /// A refusal's text for the client: the scenario's file named `shown` (as the client gave it), the
+    /// gateway's directories by what they are, so that no path of the server reaches the client.
+    fn without_server_paths(&self, text: &str, file: &Path, shown: &str) -> String {
+        let mut out = text.replace(&file.display().to_string(), shown);
+        let mut dirs: Vec<(String, &str)> = [
+            (self.state.as_ref().and_then(|s| s.scenarios.parent().map(Path::to_path_buf)), "(state directory)"),
+            (self.sources.scenario_dir.clone(), "(scenario directory)"),
+            (self.sources.library_dir.clone(), "(library directory)"),
+        ]
+        .into_iter()
+        .filter_map(|(d, name)| Some((d?.display().to_string(), name)))
+        .filter(|(d, _)| d.len() > 1)
+        .collect();
+        // One inside another: the inner one first.
+        dirs.sort_by_key(|(d, _)| std::cmp::Reverse(d.len()));
+        for (d, name) in dirs {
+            out = out.replace(&d, name);
+        }
+        out
     }
 
     /// Keeps a scenario text in the state directory (within its budget) for the run.

@@ -1,6 +1,13 @@
 //! Writes to writable signals: checked against the scenario's declaration, published on the signal,
 //! and confirmed by the acknowledgement of the task that reads it (see `rtcell_tasks::params`).
+//!
+//! [`Writes`] decides which writes may go on: one in flight per identity (a second one is refused at
+//! once, never queued), one at a time per signal (so an acknowledgement answers exactly one write),
+//! and a write waits for its signal no longer than it would wait for its acknowledgement. No client can
+//! hold another's writes to other signals, nor for longer than one write of its own.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rtcell_scenario::Live;
@@ -144,5 +151,88 @@ pub async fn write_and_confirm(
             )));
         }
         tokio::time::sleep(ACK_POLL).await;
+    }
+}
+
+/// The writes in flight: per identity and per signal.
+#[derive(Default)]
+pub struct Writes {
+    /// Identities (rate-limit keys) with a write in flight.
+    busy: Mutex<HashSet<String>>,
+    /// One lock per signal name, taken for a write's publication and acknowledgement.
+    signals: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// An identity's write in flight; the identity may write again once it is dropped.
+pub struct InFlight<'w> {
+    writes: &'w Writes,
+    key: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut b) = self.writes.busy.lock() {
+            b.remove(&self.key);
+        }
+    }
+}
+
+impl Writes {
+    /// The write of identity `key` (shown as `who`) starts, or RESOURCE_EXHAUSTED at once if one of
+    /// its writes is still in flight.
+    pub fn enter(&self, key: &str, who: &str) -> Result<InFlight<'_>, Status> {
+        let mut b = self.busy.lock().map_err(|_| Status::internal("writes poisoned"))?;
+        if !b.insert(key.to_string()) {
+            return Err(Status::resource_exhausted(format!(
+                "a write of {who} is already in flight: one write at a time per client; send the next once it \
+                 is acknowledged"
+            )));
+        }
+        Ok(InFlight { writes: self, key: key.to_string() })
+    }
+
+    /// The signal `name` for one write, waited for at most `wait` (then DEADLINE_EXCEEDED: nothing was
+    /// written).
+    pub async fn signal(&self, name: &str, wait: Duration) -> Result<tokio::sync::OwnedMutexGuard<()>, Status> {
+        let lock = {
+            let mut m = self.signals.lock().map_err(|_| Status::internal("writes poisoned"))?;
+            // Locks nobody holds or waits for go: the map holds the signals written now, not every
+            // name of every run.
+            m.retain(|_, l| Arc::strong_count(l) > 1);
+            Arc::clone(m.entry(name.to_string()).or_default())
+        };
+        tokio::time::timeout(wait, lock.lock_owned()).await.map_err(|_| {
+            Status::deadline_exceeded(format!(
+                "signal {name:?}: another write to it was still waiting for its acknowledgement after {} ms; \
+                 nothing was written",
+                wait.as_millis()
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_write_per_identity_and_per_signal_and_a_bounded_wait() {
+        let w = Writes::default();
+        let a = w.enter("cert:a", "client a").unwrap();
+        let e = w.enter("cert:a", "client a").err().unwrap();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+        assert!(e.message().contains("already in flight"), "{e:?}");
+        let b = w.enter("cert:b", "client b").expect("another identity writes");
+        drop(a);
+        let _a = w.enter("cert:a", "client a").expect("again once the first is done");
+        drop(b);
+
+        let held = w.signal("s", Duration::from_secs(1)).await.unwrap();
+        w.signal("t", Duration::from_millis(10)).await.expect("another signal is free");
+        let e = w.signal("s", Duration::from_millis(50)).await.err().unwrap();
+        assert_eq!(e.code(), tonic::Code::DeadlineExceeded, "{e:?}");
+        drop(held);
+        w.signal("s", Duration::from_millis(50)).await.expect("free again");
+        assert!(w.signals.lock().unwrap().len() <= 1, "unused locks are dropped");
     }
 }

@@ -5,7 +5,8 @@
 //! at validation, so a bad one is refused before anything starts); [`RunDir`] creates the files,
 //! relative to the directory's descriptor, never following a symbolic link: a scenario's file must be
 //! new ([`RunDir::create_new`]), rtcell's own exports replace what has their name
-//! ([`RunDir::create_own`]).
+//! ([`RunDir::create_own`]), rtcell's own subdirectories are made or reused, never a link
+//! ([`RunDir::create_own_dir`]).
 
 use std::ffi::CString;
 use std::fs::File;
@@ -117,6 +118,31 @@ impl RunDir {
         self.create_file(rel, true)
     }
 
+    /// Makes rtcell's own subdirectory `name` (one plain name) inside the directory, relative to its
+    /// descriptor, and opens it; an existing directory of that name is used. A symbolic link (or
+    /// anything else but a directory) at the name is an error, never followed.
+    pub fn create_own_dir(&self, name: &str) -> io::Result<RunDir> {
+        let one = Path::new(name).components().collect::<Vec<_>>();
+        if !matches!(one.as_slice(), [Component::Normal(_)]) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?}: not one plain name")));
+        }
+        let c = cstr(std::ffi::OsStr::new(name))?;
+        // SAFETY: `self.fd` is open and `c` NUL-terminated, both live for the call; EEXIST is handled below.
+        if unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o777) } < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::AlreadyExists {
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", self.path.join(name).display())));
+            }
+        }
+        let fd = openat(&self.fd, &c, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: {e} (a symbolic link or not a directory: never followed)", self.path.join(name).display()),
+            )
+        })?;
+        Ok(RunDir { path: self.path.join(name), fd })
+    }
+
     fn create_file(&self, rel: &str, replace: bool) -> io::Result<(PathBuf, File)> {
         let mut dir = self.fd.try_clone()?;
         let comps: Vec<Component> = Path::new(rel).components().collect();
@@ -215,6 +241,33 @@ mod tests {
         std::os::unix::fs::symlink(tmp.path(), tmp.path().join("run/other")).unwrap();
         assert!(d.create_own("other/x.csv").is_err(), "a symlinked directory was followed");
         assert!(d.create_own("../x.csv").is_err() && d.create_own("/x.csv").is_err());
+    }
+
+    #[test]
+    fn own_directories_are_made_or_reused_and_a_link_at_their_name_is_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = RunDir::create(&tmp.path().join("run")).unwrap();
+        let sub = d.create_own_dir("gateway-run").unwrap();
+        assert!(sub.path().ends_with("run/gateway-run") && sub.path().is_dir());
+        let inner = sub.create_own_dir("scenario").unwrap();
+        inner.create_own("results.json").unwrap();
+        assert!(tmp.path().join("run/gateway-run/scenario/results.json").is_file());
+        d.create_own_dir("gateway-run").expect("an existing directory is used");
+        // A link at the name: an error, and its target stays untouched.
+        let target = tmp.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        std::os::unix::fs::symlink(&target, tmp.path().join("run/linked")).unwrap();
+        let e = d.create_own_dir("linked").unwrap_err();
+        assert!(e.to_string().contains("never followed"), "{e}");
+        assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0, "the link's target was written into");
+        std::os::unix::fs::symlink(tmp.path().join("nowhere"), tmp.path().join("run/dangling")).unwrap();
+        assert!(d.create_own_dir("dangling").is_err());
+        assert!(!tmp.path().join("nowhere").exists(), "a dangling link was followed");
+        std::fs::write(tmp.path().join("run/file"), "x").unwrap();
+        assert!(d.create_own_dir("file").is_err());
+        for bad in ["", "a/b", "..", "/abs"] {
+            assert!(d.create_own_dir(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

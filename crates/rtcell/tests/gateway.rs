@@ -40,6 +40,18 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
             c.start_scenario(pb::StartScenarioRequest { path: "bad".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains("nothing was started"), "{e:?}");
+        // Named as the client named it, never by a path of the server's (its scenario or state directory).
+        let server_dir = s.dir.path().display().to_string();
+        assert!(e.message().contains("\"bad\"") && !e.message().contains(&server_dir), "{e:?}");
+        let e = c
+            .start_scenario(pb::StartScenarioRequest {
+                toml: "name = \"x\"\nduration_s = 0\n".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("(scenario text)") && !e.message().contains(&server_dir), "{e:?}");
 
         let run = start_and_wait(&mut c, &s.path("gw.toml")).await;
         // A second start while one runs is refused.
@@ -294,9 +306,9 @@ fn tcp_with_mutual_tls_admits_only_clients_of_its_ca() {
             c.start_scenario(pb::StartScenarioRequest { path: "gw".into(), ..Default::default() }).await.unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
     });
+    // Refusals are counted per client: its identity and address, not its connection (no port).
     let audit = s.audit_until(|a| a.contains("\"action\":\"denied\""));
-    assert!(audit.contains("\"client\":\"tls 127.0.0.1:"), "{audit}");
-    assert!(audit.contains("cert sha256:"), "{audit}");
+    assert!(audit.contains("\"client\":\"tls 127.0.0.1 cert sha256:"), "{audit}");
 }
 
 #[test]
@@ -322,6 +334,22 @@ fn malformed_requests_and_connection_floods_leave_the_run_untouched() {
         let big = vec![0u8; rtcell_gateway::server::MAX_REQUEST_BYTES + 1024];
         let code = raw_call(&sock, "DeployPayload", &big).await;
         assert_eq!(code, Some(Code::OutOfRange as i32));
+        // Each of these refusals (no handler saw them) is in the audit log, as `refused` with its method.
+        let refused = |a: &str, method: &str, code: &str| {
+            a.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|l| {
+                l["action"] == "refused"
+                    && l["what"]["method"] == method
+                    && l["client"].as_str().is_some_and(|c| c.starts_with("unix uid "))
+                    && l["result"].as_str().is_some_and(|r| r.starts_with(code))
+            })
+        };
+        let all = |a: &str| {
+            refused(a, "Nope", "Unimplemented")
+                && refused(a, "DeployPayload", "OutOfRange")
+                && refused(a, "WriteSignal", "Internal")
+        };
+        let audit = s.audit_until(all);
+        assert!(all(&audit), "{audit}");
 
         // A flood of connections: those above the cap are closed at once, and the gateway answers again
         // as soon as they go.

@@ -298,3 +298,79 @@ fn deploys_never_go_onto_the_master_cpu_or_a_cpu_another_run_holds() {
     assert!(t.contains("invalid_argument: not a payload"), "{t}");
     assert_eq!(files_in(&s.path("state/payloads")), Vec::<String>::new());
 }
+
+/// A run whose signal `op.slow` is read (and acknowledged) every 200 ms, and `op.limit` every 1 ms.
+const SLOW_READER: &str = r#"
+name = "slow"
+duration_s = 60
+
+[cells.plc]
+kind = "thread"
+cpu = 1
+
+[signals."op.limit"]
+values = 1
+writable = true
+min = 0.0
+max = 100.0
+
+[signals."op.slow"]
+values = 1
+writable = true
+min = 0.0
+max = 100.0
+
+[tasks.high]
+cell = "plc"
+period_us = 1000
+priority = 80
+workload = { kind = "spin", us = 5 }
+params = ["op.limit"]
+
+[tasks.slow]
+cell = "linux"
+period_us = 200000
+priority = 70
+workload = { kind = "spin", us = 5 }
+params = ["op.slow"]
+"#;
+
+#[test]
+fn one_client_has_one_write_in_flight_and_never_holds_another_clients_writes() {
+    let _g = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let op = pki_with_role(dir.path(), "wf", Some("operator"));
+    let s = op.serve(&[]);
+    std::fs::write(s.path("slow.toml"), SLOW_READER).unwrap();
+    let addr = s.grpc("tcp://");
+    let tls = op.client_tls(&op.ca);
+    rt().block_on(async {
+        let mut admin = connect(&unix(&s.grpc("unix:"))).await.unwrap();
+        start_and_wait(&mut admin, &s.path("slow.toml")).await;
+        let c = connect(&tcp(&addr, None, Some(tls))).await.unwrap();
+        // Eight writes of one certificate at once, to the slowly read signal.
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let mut c = c.clone();
+            tasks.spawn(async move { write(&mut c, "op.slow", vec![f64v(f64::from(i))]).await });
+        }
+        // Meanwhile a client of its own (the Unix socket) writes: acknowledged, not queued behind them.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let ack = write(&mut admin, "op.limit", vec![f64v(5.0)]).await.expect("another client's write");
+        assert_eq!(ack.seen, vec![5.0]);
+        let (mut acked, mut refused) = (0, 0);
+        while let Some(r) = tasks.join_next().await {
+            match r.unwrap() {
+                Ok(_) => acked += 1,
+                Err(e) => {
+                    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+                    assert!(e.message().contains("already in flight"), "{e:?}");
+                    refused += 1;
+                }
+            }
+        }
+        assert!(acked >= 1 && refused >= 1, "{acked} acknowledged, {refused} refused of 8 writes at once");
+        // The same slow signal from the other client: it waits for the write before it, then is acknowledged.
+        write(&mut admin, "op.slow", vec![f64v(9.0)]).await.expect("a write of the slow signal");
+    });
+}

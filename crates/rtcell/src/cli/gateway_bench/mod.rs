@@ -96,8 +96,12 @@ impl Drop for ChildRun {
 
 pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
-    let dir = out.join("gateway-run");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // The run's directories are made relative to the output directory's descriptor: a link planted at
+    // `gateway-run` or `scenario` is an error, never a way to put the results elsewhere.
+    let scenario_out = rtcell_host::outdir::RunDir::create(out)
+        .and_then(|d| d.create_own_dir("gateway-run"))
+        .and_then(|d| d.create_own_dir("scenario"))
+        .map_err(|e| format!("{}: {e}", out.display()))?;
     let state_dir = tempfile_dir()?;
     let token = new_token()?;
     let token_file = state_dir.join("token");
@@ -110,7 +114,7 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
         .arg("--duration")
         .arg(format!("{}s", total.as_secs()))
         .arg("--out")
-        .arg(dir.join("scenario"))
+        .arg(scenario_out.path())
         .arg("--serve")
         .arg("tcp://127.0.0.1:0")
         .arg("--token-file")
