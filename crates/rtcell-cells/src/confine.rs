@@ -42,10 +42,12 @@ const FORKS: &[libc::c_long] = &[libc::SYS_fork, libc::SYS_vfork];
 #[cfg(target_arch = "aarch64")]
 const FORKS: &[libc::c_long] = &[];
 
-/// Offsets in `struct seccomp_data`: the call number, the ABI, the low half of the first argument.
+/// Offsets in `struct seccomp_data`: the call number, the ABI, the low halves of the first and second
+/// arguments.
 const NR: u32 = 0;
 const AUDIT_ARCH: u32 = 4;
 const ARG0_LOW: u32 = 16;
+const ARG1_LOW: u32 = 24;
 /// x32 system calls carry this bit in their number.
 const X32_BIT: u32 = 0x4000_0000;
 
@@ -88,16 +90,20 @@ fn refuse(nr: libc::c_long, e: i32) -> [libc::sock_filter; 2] {
 }
 
 /// Refuses call `nr` (the call number loaded) with `EPERM` when the low half of its first argument is
-/// `value` (`refuse_equal`) or is not `value` (`!refuse_equal`); any other call passes on unchanged.
-fn on_arg0(nr: libc::c_long, value: u32, refuse_equal: bool) -> [libc::sock_filter; 6] {
+/// `value` (`refuse_equal`) or is not `value` (`!refuse_equal`); anything else goes on to the next check
+/// with the call number loaded again (so several checks of one call can follow each other).
+fn on_arg0(nr: libc::c_long, value: u32, refuse_equal: bool) -> [libc::sock_filter; 5] {
+    on_arg(nr, ARG0_LOW, value, refuse_equal)
+}
+
+/// [`on_arg0`] for the argument at `offset` in `struct seccomp_data`.
+fn on_arg(nr: libc::c_long, offset: u32, value: u32, refuse_equal: bool) -> [libc::sock_filter; 5] {
     let (jt, jf) = if refuse_equal { (0, 1) } else { (1, 0) };
     [
-        jump(libc::BPF_JEQ, nr as u32, 0, 4),
-        load(ARG0_LOW),
+        jump(libc::BPF_JEQ, nr as u32, 0, 3),
+        load(offset),
         jump(libc::BPF_JEQ, value, jt, jf),
         ret(errno(libc::EPERM)),
-        ret(libc::SECCOMP_RET_ALLOW),
-        // Not `nr`: the next check sees the call number as before.
         load(NR),
     ]
 }
@@ -171,6 +177,13 @@ impl Filter {
         }
         // prctl: PR_SET_PDEATHSIG refused (the option is an int: the low half of the argument).
         p.extend(on_arg0(libc::SYS_prctl, libc::PR_SET_PDEATHSIG as u32, true));
+        // prctl: PR_SET_DUMPABLE refused (made non-dumpable by `lock_down`: a dump of a root cell would run
+        // the core_pattern helper, which it can set, as a process outside its run).
+        p.extend(on_arg0(libc::SYS_prctl, libc::PR_SET_DUMPABLE as u32, true));
+        // ioctl: typing into a terminal (TIOCSTI) or the console (TIOCLINUX): a cell that reached rtcell's
+        // terminal typed a command line the shell ran after the run.
+        p.extend(on_arg(libc::SYS_ioctl, ARG1_LOW, libc::TIOCSTI as u32, true));
+        p.extend(on_arg(libc::SYS_ioctl, ARG1_LOW, libc::TIOCLINUX as u32, true));
         // prlimit64 on another process (rtcell: a 4 KiB RLIMIT_FSIZE killed it with SIGXFSZ while it wrote
         // the results); pid 0, the caller itself, is what glibc's setrlimit passes.
         p.extend(on_arg0(libc::SYS_prlimit64, 0, false));
@@ -198,6 +211,17 @@ impl Filter {
         }
         Ok(())
     }
+}
+
+/// What a cell process (or a C task's trial) does to itself once it runs, before any user code is
+/// loaded: made non-dumpable (no core dump, so no core_pattern helper run on its behalf), then
+/// [`Filter::lockdown`].
+pub fn lock_down() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Filter::lockdown().install()
 }
 
 /// Capabilities a process cell never has (dropped from its bounding set before it executes): tracing
@@ -329,6 +353,11 @@ mod tests {
                     || libc::prlimit(0, libc::RLIMIT_FSIZE, std::ptr::null(), &mut limit) != 0
                 {
                     29
+                } else if libc::prctl(libc::PR_SET_DUMPABLE, 1) != -1
+                    || libc::ioctl(0, libc::TIOCSTI, c"x".as_ptr()) != -1
+                    || *libc::__errno_location() != libc::EPERM
+                {
+                    30
                 } else {
                     let mut sig = 0;
                     if libc::prctl(libc::PR_GET_PDEATHSIG, &mut sig as *mut i32) != 0 || sig != libc::SIGKILL {

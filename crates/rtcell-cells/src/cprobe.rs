@@ -110,7 +110,7 @@ pub fn c_probe_main(fd: i32, library: &str, init: Option<&str>, step: &str, com:
             return 2;
         }
     };
-    if let Err(e) = crate::confine::Filter::lockdown().install() {
+    if let Err(e) = crate::confine::lock_down() {
         eprintln!("cannot confine the trial (seccomp): {e}");
         return 2;
     }

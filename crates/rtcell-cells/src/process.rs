@@ -75,10 +75,15 @@ pub(crate) fn pass_region(cmd: &mut Command, fd: i32) -> std::io::Result<()> {
     protected?;
     let filter = confine::Filter::no_fork();
     // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
-    // functions (close_range, fcntl, prctl, seccomp) on values built before the fork.
+    // functions (close_range, setsid, fcntl, prctl, seccomp) on values built before the fork.
     unsafe {
         cmd.pre_exec(move || {
             inherit_only_stdio();
+            // A session of its own: no controlling terminal (rtcell's), so /dev/tty is not there to write
+            // to or type into.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             if libc::fcntl(fd, libc::F_SETFD, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -151,7 +156,7 @@ pub fn process_cell_main(fd: i32, parent: u32, spec_json: &str) -> i32 {
         }
     };
     // Before any user code is loaded: no exec, no change of the death signal, no reach into rtcell.
-    if let Err(e) = confine::Filter::lockdown().install() {
+    if let Err(e) = confine::lock_down() {
         ctl.finish(CellState::Faulted, 1, &format!("cannot confine the cell (seccomp): {e}"));
         return 1;
     }

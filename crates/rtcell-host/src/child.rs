@@ -67,12 +67,15 @@ pub fn kill_and_reap(mut child: Child) -> Reaped {
 /// `command NAME, state D (disk sleep), wait channel d_invalidate` from /proc (what is readable), every
 /// part made printable and capped; `gone from /proc` when nothing is.
 pub fn proc_state(pid: i32) -> String {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Read as bytes: the command name is the process's own (`/proc/self/comm`), any bytes at all.
+    let read =
+        |f: &str| String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/{f}")).unwrap_or_default()).into_owned();
+    let stat = read("stat");
     let comm = stat.split_once('(').and_then(|(_, r)| r.rsplit_once(')')).map(|(c, _)| c);
     let state = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next());
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let status = read("status");
     let state_long = status.lines().find_map(|l| l.strip_prefix("State:")).map(str::trim);
-    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    let wchan = read("wchan");
     let shown = |s: &str| s.chars().filter(|c| !c.is_control()).take(64).collect::<String>();
     match (comm, state) {
         (Some(c), Some(s)) => format!(
@@ -88,7 +91,6 @@ pub fn proc_state(pid: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
     fn sleeper() -> Command {
@@ -114,25 +116,14 @@ mod tests {
     fn a_child_that_cannot_be_reaped_is_abandoned_and_described() {
         let child = sleeper().spawn().unwrap();
         let pid = child.id() as libc::pid_t;
-        let mut tracer = sleeper();
-        // SAFETY: runs in the forked child before exec: one system call on a copied integer.
-        unsafe {
-            tracer.pre_exec(move || {
-                if libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let tracer = tracer.spawn();
-        let Ok(mut tracer) = tracer else {
+        let tracer = rtcell_testkit::Tracer::seize(pid);
+        let Ok(tracer) = tracer else {
             kill_and_reap(child);
             rtcell_testkit::skip(&format!("cannot ptrace a child here: {:?}", tracer.err()));
             return;
         };
         let reaped = kill_and_reap(child);
-        let _ = tracer.kill();
-        let _ = tracer.wait();
+        drop(tracer);
         match reaped {
             Reaped::Abandoned(msg) => {
                 assert!(msg.starts_with(&format!("process pid {pid} did not end within 2 s of SIGKILL")), "{msg}");
@@ -140,10 +131,6 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let t0 = Instant::now();
-        while std::fs::metadata(format!("/proc/{pid}")).is_ok() && t0.elapsed() < Duration::from_secs(60) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(std::fs::metadata(format!("/proc/{pid}")).is_err(), "pid {pid} never reaped");
+        assert!(rtcell_testkit::gone_within(pid, Duration::from_secs(60)), "pid {pid} never reaped");
     }
 }

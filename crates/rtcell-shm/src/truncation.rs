@@ -7,9 +7,12 @@
 //!
 //! So each mapping whose file can shrink is registered here ([`guard`]), and a SIGBUS handler,
 //! installed once per process and chained to the handler that was there before, looks the faulting
-//! address up: inside a registered mapping it gives the file its size back (`ftruncate`, which is
-//! async-signal-safe) and returns, so the access is retried and reads zeros where the peer's cut
-//! removed data; the region's own checks then report that as corruption, and [`repairs`] counts it.
+//! address up: inside a registered mapping it gives the file its size back (`ftruncate`) and backs the
+//! faulting page (`fallocate`), and returns, so the access is retried and reads zeros where the peer's
+//! cut removed data; the region's own checks then report that as corruption, and [`repairs`] counts it.
+//! When the file cannot back the page again (its file system is full, e.g. after the peer punched a
+//! hole), the page is replaced in this process by a private page of zeros (`mmap MAP_FIXED`), cut off
+//! from the peer: the access goes on rather than faulting forever.
 //! A fault anywhere else goes to the previous handler, or to the default action (the process ends as
 //! it would have without us).
 //!
@@ -22,6 +25,9 @@ use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 /// How many mappings one process can have guarded at once.
 pub const SLOTS: usize = 64;
+
+/// The page size of the mappings (regions are made of 4 KiB pages).
+const PAGE: usize = 4096;
 
 /// A slot's `start` while it is being filled.
 const CLAIMED: usize = usize::MAX;
@@ -111,8 +117,28 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         let len = slot.len.load(Ordering::Relaxed);
         if addr >= start && addr - start < len {
             let fd = slot.fd.load(Ordering::Relaxed);
-            // SAFETY: ftruncate on the descriptor registered with this mapping, open while it is guarded.
-            if unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0 {
+            let page = (addr - start) & !(PAGE - 1);
+            // SAFETY: ftruncate and fallocate on the descriptor registered with this mapping, open while it
+            // is guarded, within the mapping's length.
+            let backed = unsafe {
+                libc::ftruncate(fd, len as libc::off_t) == 0
+                    && libc::fallocate(fd, 0, page as libc::off_t, PAGE as libc::off_t) == 0
+            };
+            // The file cannot back the page again (its file system is full: the access would fault
+            // forever): this process gets a private page of zeros there instead, cut off from the peer.
+            // SAFETY: replaces exactly one page inside our own mapping, which lives while it is guarded.
+            let replaced = !backed
+                && unsafe {
+                    libc::mmap(
+                        (start + page) as *mut libc::c_void,
+                        PAGE,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                        -1,
+                        0,
+                    ) != libc::MAP_FAILED
+                };
+            if backed || replaced {
                 REPAIRS.fetch_add(1, Ordering::Relaxed);
                 return;
             }

@@ -131,6 +131,51 @@ pub fn cell_cpu() -> CellCpuGuard {
     }
 }
 
+/// A process (`sleep`, all its standard streams on /dev/null) that holds another with `PTRACE_SEIZE`:
+/// the kernel shows the held process's end to this tracer first, and it never looks, so the process's
+/// parent cannot reap it, as if it were stuck in the kernel. Killed (and the hold released) when
+/// dropped, however the test ends.
+pub struct Tracer(std::process::Child);
+
+impl Tracer {
+    /// Starts a tracer of `pid` (an error where ptrace is not allowed).
+    pub fn seize(pid: i32) -> std::io::Result<Tracer> {
+        use std::os::unix::process::CommandExt;
+        use std::process::Stdio;
+        let mut c = std::process::Command::new("sleep");
+        c.arg("1000").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        // SAFETY: runs in the forked child before exec: one system call on a copied integer.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        c.spawn().map(Tracer)
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether process `pid` is gone (reaped) within `bound`.
+pub fn gone_within(pid: i32, bound: Duration) -> bool {
+    let t0 = Instant::now();
+    while std::fs::metadata(format!("/proc/{pid}")).is_ok() {
+        if t0.elapsed() > bound {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

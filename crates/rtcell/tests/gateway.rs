@@ -2,6 +2,10 @@
 //! TCP with a bearer token and with mutual TLS; refusals with their precise gRPC status; writes
 //! acknowledged by the task that reads them; metrics that a Prometheus parser reads; payload deploys;
 //! bad input that never disturbs the running cells.
+//!
+//! Over 600 lines on purpose: each test is one end-to-end session against one served run (starting one
+//! costs seconds on the cell CPU), so the checks of one transport stay together rather than spread over
+//! files that would each start their own.
 
 mod common;
 #[path = "common/gw.rs"]

@@ -359,41 +359,12 @@ void pid_step(void) {
     Com_SendSignal(1, &x);
     if (steps++ == 0) {
         FILE *f = fopen("@DIR@/cell.pid.tmp", "w");
+        FILE *g = fopen("@DIR@/cell.sid", "w");
+        if (g) { fprintf(g, "%d\n", (int)getsid(0)); fclose(g); }
         if (f) { fprintf(f, "%d\n", (int)getpid()); fclose(f); rename("@DIR@/cell.pid.tmp", "@DIR@/cell.pid"); }
     }
 }
 "#;
-
-/// A tracer (`sleep`, started with `PTRACE_SEIZE` of a pid) that is killed when the test ends, however.
-struct Tracer(std::process::Child);
-
-impl Tracer {
-    fn seize(pid: i32) -> std::io::Result<Tracer> {
-        use std::os::unix::process::CommandExt;
-        let mut c = std::process::Command::new("sleep");
-        c.arg("1000")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        // SAFETY: runs in the forked child before exec: one system call on a copied integer.
-        unsafe {
-            c.pre_exec(move || {
-                if libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        c.spawn().map(Tracer)
-    }
-}
-
-impl Drop for Tracer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A cell process that outlives SIGKILL (here: held by a tracer that is not rtcell, so its end is shown
 /// to the tracer first and rtcell cannot reap it, as a process stuck in the kernel would be) is named
@@ -429,7 +400,8 @@ fn a_process_cell_that_cannot_be_reaped_is_abandoned_and_named_and_the_run_still
         assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the cell did not write its pid within 60 s");
         std::thread::sleep(std::time::Duration::from_millis(5));
     };
-    let tracer = Tracer::seize(pid);
+    assert_eq!(pid_in(&dir.path().join("cell.sid")), Some(pid), "the cell leads a session of its own (no terminal)");
+    let tracer = rtcell_testkit::Tracer::seize(pid);
     // Bounded: the run ends on its own clock (5 s) plus the stop's deadlines, whatever the cell does.
     let o = rx.recv_timeout(std::time::Duration::from_secs(120));
     drop(tracer);

@@ -449,37 +449,23 @@ mod tests {
         rtcell_testkit::require!(crate::loads::find_program("sleep").is_some(), "sleep is not installed");
         let mut sup = Supervisor::start(vec![spec("sleeper", "sleep", &["1000"], false)]).unwrap();
         let pid = sup.pids()[0] as libc::pid_t;
-        let mut tracer = Command::new(crate::loads::find_program("sleep").unwrap());
-        tracer.arg("1000");
-        // SAFETY: runs in the forked child before exec: one system call on a copied integer.
-        unsafe {
-            tracer.pre_exec(move || {
-                if libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        let tracer = rtcell_testkit::Tracer::seize(pid);
+        if tracer.is_err() {
+            sup.stop();
         }
-        let tracer = tracer.spawn();
         rtcell_testkit::require!(tracer.is_ok(), "cannot ptrace a child here: {:?}", tracer.as_ref().err());
-        let mut tracer = tracer.unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(sup.stop());
         });
         let out = rx.recv_timeout(Duration::from_secs(60));
-        let _ = tracer.kill();
-        let _ = tracer.wait();
+        drop(tracer);
         let out = out.expect("the stop did not end within 60 s");
         let stuck = out[0].stuck.as_deref().expect("reported as stuck");
         assert!(stuck.starts_with(&format!("load sleeper (pid {pid}) did not end within 2 s of SIGKILL")), "{stuck}");
         assert!(stuck.contains("state Z"), "{stuck}");
         // Released by its tracer, it is reaped in the background.
-        let t0 = Instant::now();
-        while std::fs::metadata(format!("/proc/{pid}")).is_ok() && t0.elapsed() < Duration::from_secs(60) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert!(std::fs::metadata(format!("/proc/{pid}")).is_err(), "pid {pid} never reaped");
+        assert!(rtcell_testkit::gone_within(pid, Duration::from_secs(60)), "pid {pid} never reaped");
     }
 
     #[test]
