@@ -35,8 +35,8 @@ use rtcell_report::table::{Table, fmt_us};
 use rtcell_report::{Kind, Series, Suite, Unit, labels};
 use rtcell_shm::{RegionView, RingConfig};
 
-use crate::loads::{Load, RunningLoad};
 use crate::{BenchError, SuiteRun, loopback, release_thread, rig, series_us, stop_requested};
+use rtcell_loads::{Load, RunningLoad};
 
 /// Steps per precision and placement: seed 000's 2 million.
 pub const DEFAULT_ITERATIONS: usize = 2_000_000;

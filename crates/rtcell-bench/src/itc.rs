@@ -20,8 +20,8 @@ use rtcell_report::table::{Table, fmt_us};
 use rtcell_report::{Kind, Suite, labels};
 
 use crate::c2c::{self, C2cConfig, C2cMeasurement};
-use crate::loads::{Load, RunningLoad};
 use crate::{BenchError, SuiteRun, series_us, stop_requested};
+use rtcell_loads::{Load, RunningLoad};
 
 /// Largest payload (bytes).
 pub const MAX_SIZE: usize = 65536;

@@ -25,9 +25,9 @@ use rtcell_host::tsc::TscClock;
 use rtcell_report::table::{Table, fmt_us};
 use rtcell_report::{Kind, Series, Stats, Suite, Unit, labels};
 
-use crate::loads::{Load, RunningLoad};
 use crate::{BenchError, SuiteRun};
 pub use measure::DmaLatency;
+use rtcell_loads::{Load, RunningLoad};
 
 /// Shortest period of the nanosleep mode (and of cyclictest): each activation is a timer interrupt, a
 /// wake-up and two system calls, tens of microseconds on a virtual machine; below this the thread would

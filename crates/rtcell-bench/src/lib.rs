@@ -7,16 +7,17 @@ pub mod control;
 pub mod ethercat;
 pub mod itc;
 pub mod latency;
-pub mod loads;
 pub mod loopback;
 pub mod membench;
 pub mod pipe;
-pub mod progress;
 pub mod rig;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rtcell_host::tsc::TscClock;
+/// Where suites say what they are doing (`progress!`, `progress::set_sink`): presentation, kept in
+/// rtcell-report, re-exported for the suites.
+pub use rtcell_report::progress;
 use rtcell_report::{Kind, Series, Unit};
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -47,12 +48,22 @@ pub struct SuiteRun {
     pub failure: Option<String>,
 }
 
+impl SuiteRun {
+    /// Puts the reports of the loads that ran during this run into it (see
+    /// [`rtcell_loads::attach_reports_to`]).
+    pub fn attach_load_reports(&mut self) {
+        rtcell_loads::attach_reports_to(&mut self.suite, &mut self.warnings, &mut self.text);
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     #[error("{0}")]
     Host(#[from] rtcell_host::error::HostError),
     #[error("cell: {0}")]
     Cell(#[from] rtcell_cells::CellError),
+    #[error("{0}")]
+    Load(#[from] rtcell_loads::LoadError),
     #[error("{0}")]
     Other(String),
 }

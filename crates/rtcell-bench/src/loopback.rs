@@ -14,9 +14,9 @@ use rtcell_report::{Kind, Series, Stats, Suite, Unit, labels};
 use rtcell_shm::{RegionView, RingConfig};
 
 use crate::c2c::{self, C2cConfig};
-use crate::loads::{Load, RunningLoad};
 use crate::pipe::PipeEcho;
 use crate::{BenchError, SuiteRun, release_thread, rig, series_us, stop_requested};
+use rtcell_loads::{Load, RunningLoad};
 
 /// Largest payload the loopback rings carry.
 pub const MAX_PAYLOAD: usize = 65536;

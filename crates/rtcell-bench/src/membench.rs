@@ -14,9 +14,9 @@ use rtcell_host::tsc::TscClock;
 use rtcell_report::table::Table;
 use rtcell_report::{Kind, Series, Suite, Unit, labels};
 
-use crate::loads::{Load, MEMCPY_BUFFER, RunningLoad};
 use crate::{BenchError, SuiteRun, release_thread, stop_requested};
 use chase::{BATCH, Buffer, LINE};
+use rtcell_loads::{Load, MEMCPY_BUFFER, RunningLoad};
 
 /// Smallest and largest working sets of the default sweep (seed 004's range).
 pub const DEFAULT_MIN: usize = 1 << 10;
@@ -207,7 +207,7 @@ pub fn run(tsc: &TscClock, cfg: &MembenchConfig) -> Result<SuiteRun, BenchError>
     };
     let ctx = Context { caches, huge: buf.huge.clone(), interferer_rates, tsc_khz: tsc.khz() };
     drop(buf);
-    // Its report (which CPUs, whether it stayed alive) goes with the run's (see loads::attach_reports).
+    // Its report (which CPUs, whether it stayed alive) goes with the run's (see SuiteRun::attach_load_reports).
     load.stop();
     let mut run = build(cfg, &ctx, points, warnings, incomplete);
     if let Some(f) = &failure {

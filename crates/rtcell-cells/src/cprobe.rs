@@ -74,7 +74,7 @@ pub fn probe_c_task_until(
             Some(i) => format!("while loading it or running its init {i}()"),
             None => "while loading it".into(),
         };
-        return Err(format!("{library} crashed {during}: killed by {}", crate::signal_name(sig)));
+        return Err(format!("{library} crashed {during}: killed by {}", rtcell_host::child::signal_name(sig)));
     }
     Err(if err.is_empty() { format!("{library}: the trial failed ({status})") } else { err.to_string() })
 }

@@ -335,7 +335,7 @@ impl Cell {
             Runner::Process(Some(child)) => match child.try_wait() {
                 Ok(Some(st)) => {
                     if let Some(sig) = st.signal() {
-                        CellStatus::Killed { signal: sig, name: signal_name(sig) }
+                        CellStatus::Killed { signal: sig, name: rtcell_host::child::signal_name(sig) }
                     } else if reported.is_finished() {
                         reported
                     } else {
@@ -572,24 +572,4 @@ fn start_kvm(spec: &CellSpec, shm: &Arc<SharedMemory>) -> Result<rtcell_kvm::Kvm
         watchdog: spec.vm.watchdog_ms.map(Duration::from_millis),
     };
     rtcell_kvm::KvmCell::start(cfg).map_err(|source| CellError::Kvm { cell: spec.name.clone(), source })
-}
-
-/// Name of a signal number, e.g. 9 → "SIGKILL".
-pub fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGXCPU => "SIGXCPU",
-        _ => return format!("signal {sig}"),
-    };
-    name.to_string()
 }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod export;
 pub mod history;
 pub mod html;
+pub mod progress;
 pub mod published;
 pub mod stats;
 pub mod table;

@@ -186,7 +186,7 @@ pub struct PlanTask {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanLoad {
-    pub kind: rtcell_bench::loads::Load,
+    pub kind: rtcell_loads::Load,
     pub cpus: Vec<usize>,
 }
 

@@ -350,7 +350,7 @@ pub fn run_observed(
     // Loads, then go.
     let mut loads = Vec::new();
     for l in &plan.loads {
-        match rtcell_bench::loads::RunningLoad::start(l.kind, &l.cpus) {
+        match rtcell_loads::RunningLoad::start(l.kind, &l.cpus) {
             Ok(r) => loads.push(r),
             Err(e) => return Err(StartError(format!("load {}: {e}", l.kind.as_str()))),
         }

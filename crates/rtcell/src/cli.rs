@@ -22,12 +22,12 @@ use clap::{Args, Parser, Subcommand};
 use rtcell_bench::SuiteRun;
 use rtcell_bench::c2c::C2cConfig;
 use rtcell_bench::control::{self as control_suite, ControlConfig};
-use rtcell_bench::loads::Load;
 use rtcell_bench::loopback::{self, LoopbackConfig, Notify};
 use rtcell_cells::CellKind;
 use rtcell_control::offload::Precision;
 use rtcell_host::facts::{HostFacts, StealSampler};
 use rtcell_host::tsc::TscClock;
+use rtcell_loads::Load;
 use rtcell_report::Results;
 
 /// Exit status for bad input (as clap uses).
@@ -221,7 +221,7 @@ enum Suite {
         /// How the idle side waits: poll (busy-poll shared memory) or futex (sleep until woken).
         #[arg(long, value_delimiter = ',', default_value = "poll")]
         notify: Vec<String>,
-        #[arg(long, default_value = "none", help = rtcell_bench::loads::LOAD_HELP)]
+        #[arg(long, default_value = "none", help = rtcell_loads::LOAD_HELP)]
         load: String,
         /// The cell CPU (default: the last online CPU).
         #[arg(long)]
@@ -252,7 +252,7 @@ enum Suite {
         /// is usable). The master's own local step is always measured too.
         #[arg(long, value_delimiter = ',', default_value = "auto")]
         cell: Vec<String>,
-        #[arg(long, default_value = "none", help = rtcell_bench::loads::LOAD_HELP)]
+        #[arg(long, default_value = "none", help = rtcell_loads::LOAD_HELP)]
         load: String,
         /// The cell CPU (default: the last online CPU).
         #[arg(long)]
@@ -330,7 +330,7 @@ enum Suite {
         /// round trips are timed both ways regardless).
         #[arg(long)]
         master_busy_poll: bool,
-        #[arg(long, default_value = "none", help = rtcell_bench::loads::LOAD_HELP)]
+        #[arg(long, default_value = "none", help = rtcell_loads::LOAD_HELP)]
         load: String,
         #[command(flatten)]
         common: Common,
@@ -761,7 +761,7 @@ fn execute(
                 continue;
             }
         };
-        rtcell_bench::loads::attach_reports(&mut run);
+        run.attach_load_reports();
         results.warnings.extend(run.warnings.iter().cloned());
         errors += run.errors;
         incomplete |= run.incomplete;

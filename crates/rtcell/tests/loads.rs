@@ -172,7 +172,7 @@ fn where_stuck(pid: u32, loads: &[Proc]) -> String {
 
 /// Whether stress-ng is here: in CI it must be (scripts/setup installs it).
 fn stress_ng_installed() -> bool {
-    if rtcell_bench::loads::find_program("stress-ng").is_some() {
+    if rtcell_loads::find_program("stress-ng").is_some() {
         return true;
     }
     rtcell_testkit::skip("stress-ng is not installed here (scripts/setup installs it)");

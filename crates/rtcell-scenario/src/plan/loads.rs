@@ -11,11 +11,11 @@ impl Validator<'_> {
         let mut loads = Vec::new();
         for (i, l) in d.raw.loads.iter().enumerate() {
             let p = format!("loads[{i}]");
-            let kind = match l.kind.parse::<rtcell_bench::loads::Load>() {
+            let kind = match l.kind.parse::<rtcell_loads::Load>() {
                 Ok(k) => k,
                 Err(e) => {
                     self.err(&format!("{p}.kind"), e, "kind = \"memcpy\"");
-                    rtcell_bench::loads::Load::None
+                    rtcell_loads::Load::None
                 }
             };
             let list = match &l.cpus {

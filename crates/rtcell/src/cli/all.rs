@@ -152,7 +152,7 @@ impl Progress {
             bar.set_style(style);
             bar.enable_steady_tick(Duration::from_millis(200));
             let printer = bar.clone();
-            rtcell_bench::progress::set_sink(Some(Box::new(move |line: &str| printer.println(line))));
+            rtcell_report::progress::set_sink(Some(Box::new(move |line: &str| printer.println(line))));
             bar
         });
         Progress { steps, bar, started: None, ticker: None }
@@ -219,7 +219,7 @@ impl Progress {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
-        rtcell_bench::progress::set_sink(None);
+        rtcell_report::progress::set_sink(None);
     }
 }
 

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use rtcell_bench::itc::{self, ItcConfig, Mechanism, Placement, Trigger};
-use rtcell_bench::loads::{LOAD_HELP, Load};
+use rtcell_loads::{LOAD_HELP, Load};
 
 use super::{Common, Plan, Usage, check_cpu, online, pick_cpus, usage};
 

@@ -2,8 +2,8 @@
 
 use clap::Args;
 use rtcell_bench::latency::{self, LatencyConfig, Mode};
-use rtcell_bench::loads::{LOAD_HELP, Load};
 use rtcell_cells::CellKind;
+use rtcell_loads::{LOAD_HELP, Load};
 
 use super::{Common, Plan, Usage, default_out, pick_cpus, usage};
 

@@ -1,8 +1,8 @@
 //! `rtcell bench membench`: its options, checked whole before anything starts.
 
 use clap::Args;
-use rtcell_bench::loads::{LOAD_HELP, Load};
 use rtcell_bench::membench::{self, MembenchConfig, Pattern, parse_size, sweep};
+use rtcell_loads::{LOAD_HELP, Load};
 
 use super::{Common, Plan, Usage, check_cpu, online, usage};
 

@@ -192,7 +192,7 @@ pub fn execute(
     results.incomplete = r.incomplete;
     let mut suite = rtcell_scenario::report::suite(plan, &r);
     let mut text = rtcell_scenario::report::text(plan, &r);
-    rtcell_bench::loads::attach_reports_to(&mut suite, &mut results.warnings, &mut text);
+    rtcell_loads::attach_reports_to(&mut suite, &mut results.warnings, &mut text);
     results.suites.push(suite);
 
     println!("{text}");

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use rtcell_bench::latency::{LatencyConfig, Mode};
-use rtcell_bench::loads::Load;
 use rtcell_bench::loopback::{self, LoopbackConfig, Notify};
 use rtcell_bench::{BenchError, SuiteRun};
 use rtcell_cells::CellKind;
@@ -15,6 +14,7 @@ use rtcell_host::facts::{HostFacts, is_root};
 use rtcell_host::root::HostRoot;
 use rtcell_host::tsc::TscClock;
 use rtcell_host::tune::{self, Outcome, Restored, TuneError};
+use rtcell_loads::Load;
 use rtcell_report::table::Table;
 use rtcell_report::{Results, Series};
 

@@ -8,7 +8,7 @@ fn a_load_without_cpus_takes_every_cpu_no_cell_takes() {
     let text = in_cell("thread", "", SPIN, "[[loads]]\nkind = \"none\"\n");
     let plan = validate_on(&text, &four, &Origin::Operator).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(plan.loads[0].cpus, [0, 2, 3]);
-    assert_eq!(plan.loads[0].kind, rtcell_bench::loads::Load::None);
+    assert_eq!(plan.loads[0].kind, rtcell_loads::Load::None);
 }
 
 #[test]

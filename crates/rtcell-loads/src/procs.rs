@@ -181,7 +181,7 @@ impl Supervisor {
                 STOP_DEADLINE.as_secs_f64(),
                 rtcell_host::child::proc_state(pid)
             );
-            crate::progress!("warning: {msg}");
+            rtcell_report::progress!("warning: {msg}");
             st.stuck = Some(msg);
         }
         self.slots
@@ -245,7 +245,7 @@ fn watch(slot: &Slot, t0: Instant, started: std::sync::mpsc::Sender<std::io::Res
                                 slot.spec.name,
                                 t0.elapsed().as_secs_f64()
                             );
-                            crate::progress!("warning: {msg}; the run goes on");
+                            rtcell_report::progress!("warning: {msg}; the run goes on");
                             st.death = Some(msg);
                         }
                     }
@@ -279,7 +279,7 @@ fn watch(slot: &Slot, t0: Instant, started: std::sync::mpsc::Sender<std::io::Res
         };
         let complaint = log.as_ref().and_then(last_line).map(|l| format!(" ({l})")).unwrap_or_default();
         let msg = format!("load {} (pid {pid}) died at t={at:.1} s: {how}{complaint}", slot.spec.name);
-        crate::progress!("warning: {msg}; the run goes on");
+        rtcell_report::progress!("warning: {msg}; the run goes on");
         st.death = Some(msg);
         return;
     }
@@ -347,7 +347,7 @@ fn kill_group(pid: i32) {
 /// How a process ended, in the words of the cell reports.
 fn describe(s: &ExitStatus) -> String {
     match (s.code(), s.signal()) {
-        (_, Some(sig)) => format!("killed by signal {sig} ({})", rtcell_cells::signal_name(sig)),
+        (_, Some(sig)) => format!("killed by signal {sig} ({})", rtcell_host::child::signal_name(sig)),
         (Some(code), None) => format!("exited with status {code}"),
         (None, None) => format!("ended ({s})"),
     }
@@ -370,7 +370,7 @@ mod tests {
     fn spec(name: &str, program: &str, args: &[&str], restart: bool) -> ProcSpec {
         ProcSpec {
             name: name.into(),
-            program: crate::loads::find_program(program).unwrap(),
+            program: crate::find_program(program).unwrap(),
             args: args.iter().map(|a| a.to_string()).collect(),
             cpus: rtcell_host::cpu::online_cpus().unwrap(),
             restart,
@@ -446,7 +446,7 @@ mod tests {
     /// kernel would be. The stop ends all the same, within its deadline, and names it.
     #[test]
     fn a_load_process_that_cannot_be_reaped_is_reported_and_abandoned() {
-        rtcell_testkit::require!(crate::loads::find_program("sleep").is_some(), "sleep is not installed");
+        rtcell_testkit::require!(crate::find_program("sleep").is_some(), "sleep is not installed");
         let mut sup = Supervisor::start(vec![spec("sleeper", "sleep", &["1000"], false)]).unwrap();
         let pid = sup.pids()[0] as libc::pid_t;
         let tracer = rtcell_testkit::Tracer::seize(pid);

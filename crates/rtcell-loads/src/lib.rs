@@ -30,6 +30,15 @@ use std::time::Instant;
 
 use procs::{ProcSpec, Supervisor};
 
+/// Why a load could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("online CPUs: {0}")]
+    OnlineCpus(std::io::Error),
+    #[error("cannot start the load: {0}")]
+    Start(std::io::Error),
+}
+
 /// Which load to run beside the measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Load {
@@ -188,7 +197,7 @@ impl RunningLoad {
             }
         }
         for s in &load.skipped {
-            crate::progress!("note: {s}");
+            rtcell_report::progress!("note: {s}");
         }
         load.listed = listed;
         Ok(load)
@@ -249,9 +258,8 @@ impl RunningLoad {
         master_cpu: usize,
         cell_cpu: usize,
         warnings: &mut Vec<String>,
-    ) -> Result<RunningLoad, crate::BenchError> {
-        let online =
-            rtcell_host::cpu::online_cpus().map_err(|e| crate::BenchError::Other(format!("online CPUs: {e}")))?;
+    ) -> Result<RunningLoad, LoadError> {
+        let online = rtcell_host::cpu::online_cpus().map_err(LoadError::OnlineCpus)?;
         let load_cpus: Vec<usize> = online.iter().copied().filter(|&c| c != cell_cpu).collect();
         if kind != Load::None && load_cpus.contains(&master_cpu) {
             warnings.push(format!(
@@ -260,8 +268,7 @@ impl RunningLoad {
                 master_cpu
             ));
         }
-        RunningLoad::start(kind, &load_cpus)
-            .map_err(|e| crate::BenchError::Other(format!("cannot start the load: {e}")))
+        RunningLoad::start(kind, &load_cpus).map_err(LoadError::Start)
     }
 
     pub fn kind(&self) -> Load {
@@ -431,14 +438,9 @@ pub fn take_reports() -> Vec<LoadReport> {
     std::mem::take(&mut *lock_reports())
 }
 
-/// Puts the reports of the loads that ran during `run` into it: the suite's configuration gets
+/// Puts the reports of the loads that ran during a run into its parts: the suite's configuration gets
 /// `load_runs` (which load, on which CPUs, its processes and whether each stayed alive), its text a
 /// line per load of processes, and every load process that died becomes a warning.
-pub fn attach_reports(run: &mut crate::SuiteRun) {
-    attach_reports_to(&mut run.suite, &mut run.warnings, &mut run.text);
-}
-
-/// [`attach_reports`] for a run that is not a [`crate::SuiteRun`] (a scenario): the same, into its parts.
 pub fn attach_reports_to(suite: &mut rtcell_report::Suite, warnings: &mut Vec<String>, text: &mut String) {
     let reports = take_reports();
     if reports.is_empty() {
@@ -473,7 +475,7 @@ pub fn join_within(threads: Vec<JoinHandle<()>>, deadline: Instant) -> Vec<Strin
                 t.thread().name().unwrap_or("?"),
                 procs::STOP_DEADLINE.as_secs_f64()
             );
-            crate::progress!("warning: {msg}");
+            rtcell_report::progress!("warning: {msg}");
             left.push(msg);
         }
     }
@@ -522,16 +524,9 @@ mod tests {
     #[test]
     fn listed_loads_are_attached_to_the_run_with_their_deaths() {
         RunningLoad::start(Load::Memcpy, &[0]).unwrap().stop();
-        let mut run = crate::SuiteRun {
-            suite: rtcell_report::Suite::new("t", serde_json::json!({})),
-            text: String::new(),
-            warnings: vec![],
-            incomplete: false,
-            errors: 0,
-            failure: None,
-        };
-        attach_reports(&mut run);
-        let runs = run.suite.config["load_runs"].as_array().unwrap();
+        let mut suite = rtcell_report::Suite::new("t", serde_json::json!({}));
+        attach_reports_to(&mut suite, &mut vec![], &mut String::new());
+        let runs = suite.config["load_runs"].as_array().unwrap();
         assert_eq!(
             (runs.len(), runs[0]["kind"].as_str(), runs[0]["stayed_alive"].as_bool()),
             (1, Some("memcpy"), Some(true))
