@@ -18,7 +18,7 @@ use rtcell_loads::Load;
 use rtcell_report::table::Table;
 use rtcell_report::{Results, Series};
 
-use super::{EXIT_INTERRUPTED, EXIT_USAGE, Plan, default_out, host_summary};
+use super::{EXIT_INTERRUPTED, EXIT_USAGE, Plan, default_out, host_summary, install_ctrlc};
 
 pub const CHECK_HELP: &str = "Examples:
   rtcell check              # the default cell CPU (the last online CPU)
@@ -485,19 +485,6 @@ fn revert_main(root: &HostRoot, a: &TuneArgs) -> i32 {
             state.display()
         );
         1
-    }
-}
-
-fn install_ctrlc() {
-    let r = ctrlc::set_handler(|| {
-        if rtcell_bench::stop_requested() {
-            std::process::exit(EXIT_INTERRUPTED);
-        }
-        eprintln!("\nstopping after the current step (Ctrl-C again to abort)");
-        rtcell_bench::request_stop();
-    });
-    if let Err(e) = r {
-        eprintln!("warning: Ctrl-C handler not installed ({e})");
     }
 }
 
