@@ -159,6 +159,9 @@ pub enum CellError {
     PayloadFile { cell: String, source: rtcell_kvm::elf::FileError },
 }
 
+/// How many of a kvm payload's last log lines a report shows (the rest are counted).
+pub const SHOWN_LOG_LINES: usize = 20;
+
 /// Final account of a cell.
 #[derive(Debug, Clone)]
 pub struct CellReport {
@@ -381,6 +384,22 @@ impl Cell {
         match &self.runner {
             Runner::Kvm(Some(k)) => k.logs(),
             _ => Vec::new(),
+        }
+    }
+
+    /// The last [`SHOWN_LOG_LINES`] lines a kvm payload logged (as [`Cell::logs`]): what a report shows.
+    pub fn log_tail(&self) -> Vec<String> {
+        let mut logs = self.logs();
+        logs.drain(..logs.len().saturating_sub(SHOWN_LOG_LINES));
+        logs
+    }
+
+    /// Log messages of a kvm payload, or output lines of a process cell, counted but not kept (over
+    /// the rate limit or past the lines kept).
+    pub fn logs_suppressed(&self) -> u64 {
+        match &self.runner {
+            Runner::Kvm(Some(k)) => k.logs_suppressed(),
+            _ => self.output.as_ref().map_or(0, |o| o.suppressed()),
         }
     }
 

@@ -191,7 +191,7 @@ impl Deployer {
                 ))
             })?
         };
-        let logs = d.cell.logs();
+        let logs = d.cell.log_tail();
         let storm = d.cell.log_storm();
         let exits = d.cell.vm_exits();
         let (sha, size, at) = (d.sha256.clone(), d.size, d.stored_at.clone());
@@ -211,7 +211,7 @@ impl Deployer {
                 None => rep.status.to_string(),
             },
             vm_exits: exits.unwrap_or_default().into_iter().collect(),
-            log: tail(logs),
+            log: logs,
         })
     }
 
@@ -265,12 +265,6 @@ impl Deployer {
     }
 }
 
-fn tail(mut logs: Vec<String>) -> Vec<String> {
-    let n = logs.len().saturating_sub(20);
-    logs.drain(..n);
-    logs
-}
-
 fn describe(name: &str, d: &Deployed, status: Option<String>) -> pb::DeployedCell {
     pb::DeployedCell {
         name: name.to_string(),
@@ -280,7 +274,7 @@ fn describe(name: &str, d: &Deployed, status: Option<String>) -> pb::DeployedCel
         stored_at: d.stored_at.display().to_string(),
         status: status.unwrap_or_else(|| "running".into()),
         vm_exits: d.cell.vm_exits().unwrap_or_default().into_iter().collect(),
-        log: tail(d.cell.logs()),
+        log: d.cell.log_tail(),
     }
 }
 

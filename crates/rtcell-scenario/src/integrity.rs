@@ -8,7 +8,7 @@ use rtcell_shm::sync::AtomicU64;
 use rtcell_shm::{ComView, RegionView, RingView, SignalError, SignalView};
 use rtcell_tasks::clock::mono_ns;
 use rtcell_tasks::stats::SCHEDULE_CHANNEL;
-use rtcell_tasks::{PrivateSchedule, Schedule};
+use rtcell_tasks::{OnCorrupt, PrivateSchedule, Schedule, TaskCounters, TaskSpec, TaskState};
 
 use crate::live::RunRegion;
 use crate::plan::Plan;
@@ -168,6 +168,29 @@ impl<'a> RegionWatch<'a> {
         !self.found.contains(&self.blocks[i].1)
     }
 
+    /// As [`RegionWatch::block_ok`], for counters `seen` just read from the block of task `spec`: a trip
+    /// that task cannot make ([`impossible_trip`]) is found as a scribble too.
+    pub fn counters_ok(
+        &mut self,
+        spec: &TaskSpec,
+        seen: &TaskCounters,
+        start_ns: u64,
+        errors: &mut Vec<String>,
+    ) -> bool {
+        if let (Some(what), Some(i)) =
+            (impossible_trip(spec, seen), self.blocks.iter().position(|(t, ..)| *t == spec.name))
+        {
+            let block = self.blocks[i].1.clone();
+            let msg = format!(
+                "statistics block {block:?} was scribbled: {what} (task {:?}'s live figures were not shown from \
+                 then on)",
+                spec.name
+            );
+            self.report(&block, msg, errors);
+        }
+        self.block_ok(&spec.name, start_ns, errors)
+    }
+
     /// Block `i` checked: `Some((block, message))` when it is impossible.
     fn check_block(&self, i: usize, start_ns: u64) -> Option<(String, String)> {
         let (task, block, words, period, offset) = &self.blocks[i];
@@ -243,4 +266,16 @@ impl<'a> RegionWatch<'a> {
             self.report(&name, msg, errors);
         }
     }
+}
+
+/// A trip no task of this spec can make: it has no watchdog and does not stop on a corrupt channel.
+pub fn impossible_trip(spec: &TaskSpec, c: &TaskCounters) -> Option<String> {
+    let claimed = c.trip_cycle.is_some() || c.state == Some(TaskState::Tripped);
+    (claimed && spec.watchdog.is_none() && spec.on_corrupt != OnCorrupt::Trip).then(|| {
+        format!(
+            "it claims a trip{} where task {:?} has no watchdog and does not stop on a corrupt channel",
+            c.trip_cycle.map_or(String::new(), |k| format!(" at cycle {k}")),
+            spec.name
+        )
+    })
 }

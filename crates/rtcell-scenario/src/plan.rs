@@ -26,7 +26,7 @@ mod ethercat;
 mod limits;
 mod loads;
 mod origin;
-mod payload_args;
+pub(crate) mod payload_args;
 mod region;
 mod signals;
 mod tasks;

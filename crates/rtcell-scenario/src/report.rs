@@ -52,13 +52,15 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
     ]);
     for x in &r.tasks {
         let c = &x.counters;
+        // A scribbled block's figures are unknown: never shown as the task's.
+        let n = |v: u64| if x.scribbled { "?".to_string() } else { v.to_string() };
         t.row(vec![
             x.name.clone(),
             format!("{} ({})", x.cell, x.cell_kind),
             x.spec.cpu.to_string(),
             x.spec.priority.to_string(),
             format!("{}", x.spec.period_ns as f64 / 1e6),
-            c.cycles.to_string(),
+            n(c.cycles),
             x.expected.to_string(),
             if x.exec.count > 0 { us(x.exec.min_ns as f64) } else { "-".into() },
             us(x.exec.mean_ns().unwrap_or(f64::NAN)),
@@ -66,10 +68,10 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             if x.latency.count > 0 { us(x.latency.min_ns as f64) } else { "-".into() },
             us(x.latency.mean_ns().unwrap_or(f64::NAN)),
             if x.latency.count > 0 { us(x.latency.max_ns as f64) } else { "-".into() },
-            c.overruns.to_string(),
-            c.longest.to_string(),
-            c.skipped.to_string(),
-            c.state.map_or("?", |s| s.as_str()).to_string(),
+            n(c.overruns),
+            n(c.longest),
+            n(c.skipped),
+            if x.scribbled { "scribbled".into() } else { c.state.map_or("?", |s| s.as_str()).to_string() },
         ]);
     }
     s.push_str("Tasks (times in us; latency = start - intended release; exec = end - start):\n");
@@ -93,8 +95,11 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
         s.push_str(&c.render());
         s.push('\n');
     }
-    let offload: Vec<&TaskResult> =
-        r.tasks.iter().filter(|t| matches!(t.spec.work, rtcell_tasks::TaskWork::Master { .. })).collect();
+    let offload: Vec<&TaskResult> = r
+        .tasks
+        .iter()
+        .filter(|t| !t.scribbled && matches!(t.spec.work, rtcell_tasks::TaskWork::Master { .. }))
+        .collect();
     for m in offload {
         let c = &m.counters;
         s.push_str(&format!(
@@ -119,7 +124,8 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             c.late
         ));
     }
-    for m in r.tasks.iter().filter(|t| matches!(t.spec.work, rtcell_tasks::TaskWork::ComMaster { .. })) {
+    for m in r.tasks.iter().filter(|t| !t.scribbled && matches!(t.spec.work, rtcell_tasks::TaskWork::ComMaster { .. }))
+    {
         let c = &m.counters;
         s.push_str(&format!(
             "C offload master {:?} (COM signals): {} samples sent, each held until answered; {} answers, every one checked against the reference (f64, bit for bit; {} wrong); {} came after their cycle (the master held the next sample); {} cycles ended without an answer within 90% of the deadline\n",
@@ -131,7 +137,7 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             c.recv_lost
         ));
     }
-    for m in r.tasks.iter() {
+    for m in r.tasks.iter().filter(|t| !t.scribbled) {
         let rtcell_tasks::TaskWork::Ethercat { interface, timeout_us, busy_poll, .. } = &m.spec.work else { continue };
         let segment = match &plan.ethercat {
             Some(crate::plan::PlanEthercat::Simulated { devices, .. }) => {
@@ -152,10 +158,11 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             c.errors
         ));
     }
-    for x in &r.tasks {
+    for x in r.tasks.iter().filter(|t| !t.scribbled) {
         if let Some(k) = x.counters.trip_cycle {
             s.push_str(&format!(
-                "Watchdog: task {:?} tripped at cycle {k}: {}; its output {:?} holds {:?}\n",
+                "{}: task {:?} tripped at cycle {k}: {}; its output {:?} holds {:?}\n",
+                if x.spec.watchdog.is_some() { "Watchdog" } else { "Corrupt channel" },
                 x.name,
                 x.counters.message,
                 x.spec.output.as_deref().unwrap_or("-"),
@@ -167,14 +174,27 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
         let start = c.start.map_or(String::new(), |d| format!(", started in {:.1} ms", d.as_secs_f64() * 1e3));
         let exits =
             c.vm_exits.as_ref().and_then(|e| e.get("exits")).map_or(String::new(), |n| format!(", {n} VM exits"));
-        let handled = if c.handled > 0 { format!(", {} steps or messages handled", c.handled) } else { String::new() };
+        let handled = match c.handled {
+            Some(0) => String::new(),
+            Some(n) => format!(", {n} steps or messages handled (the cell's claim)"),
+            None => ", steps or messages handled unknown (its control block was scribbled)".into(),
+        };
         s.push_str(&format!("Cell {:?}: {} on CPU {}, {}{start}{exits}{handled}\n", c.name, c.kind, c.cpu, c.status));
+        if c.log_kept > c.log.len() as u64 {
+            s.push_str(&format!("cell {:?}: the last {} of {} log lines kept:\n", c.name, c.log.len(), c.log_kept));
+        }
+        for l in &c.log {
+            s.push_str(&format!("cell {:?} log: {l}\n", c.name));
+        }
+        if let Some(storm) = &c.log_storm {
+            s.push_str(&format!("cell {:?}: {storm}\n", c.name));
+        }
     }
     let steal: Vec<String> = r.steal_ms.iter().map(|(cpu, ms)| format!("CPU {cpu} {ms:.0} ms")).collect();
     if !steal.is_empty() {
         s.push_str(&format!("Stolen by the host during the run: {}\n", steal.join(", ")));
     }
-    let off: Vec<&str> = r.tasks.iter().filter(|t| !cycles_ok(t)).map(|t| t.name.as_str()).collect();
+    let off: Vec<&str> = r.tasks.iter().filter(|t| !t.scribbled && !cycles_ok(t)).map(|t| t.name.as_str()).collect();
     if !off.is_empty() && !r.incomplete {
         s.push_str(&format!(
             "Cycle counts off by more than 1% of duration / period: {} (see overruns, skipped and steal)\n",
@@ -301,6 +321,16 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
         .tasks
         .iter()
         .map(|t| {
+            if t.scribbled {
+                // Nothing read from a scribbled block is the task's: its figures are unknown.
+                return serde_json::json!({
+                    "name": t.name,
+                    "statistics_block": "scribbled",
+                    "state": null, "message": null, "cycles": null, "expected": t.expected, "skipped": null,
+                    "overruns": null, "longest_overrun_run": null, "trip_cycle": null, "corrupt_steps": null,
+                    "on_corrupt": t.spec.on_corrupt.as_str(), "cycles_within_1pct": null, "messages": null,
+                });
+            }
             serde_json::json!({
                 "name": t.name,
                 "state": t.counters.state.map_or("?", |s| s.as_str()),
@@ -350,14 +380,14 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
         "outcome": {
             "tasks": outcome_tasks,
             "signals": r.signals,
-            "cells": r.cells.iter().map(|c| serde_json::json!({"name": c.name, "kind": c.kind.as_str(), "cpu": c.cpu, "status": c.status, "handled": c.handled, "start_ms": c.start.map(|d| d.as_secs_f64() * 1e3), "vm_exits": c.vm_exits})).collect::<Vec<_>>(),
+            "cells": r.cells.iter().map(cell_outcome).collect::<Vec<_>>(),
             "steal_ms": r.steal_ms.iter().map(|(k, v)| (k.to_string(), *v)).collect::<std::collections::BTreeMap<_, _>>(),
             "errors": r.errors,
             "files": r.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
         },
     });
     let mut suite = Suite::new("scenario", config);
-    for t in &r.tasks {
+    for t in r.tasks.iter().filter(|t| !t.scribbled) {
         let c = &t.counters;
         let l = labels!(
             "scenario" => plan.name,
@@ -396,4 +426,21 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
         }
     }
     suite
+}
+
+/// A cell's end in the results document: the monitor's verdict, the cell's claim of what it handled
+/// (`null` when impossible) with the most it can have handled, and its log's end and counts.
+fn cell_outcome(c: &crate::run::CellResult) -> serde_json::Value {
+    serde_json::json!({
+        "name": c.name,
+        "kind": c.kind.as_str(),
+        "cpu": c.cpu,
+        "status": c.status,
+        "handled": c.handled,
+        "handled_is": "the cell's claim",
+        "handled_at_most": c.handled_bound,
+        "start_ms": c.start.map(|d| d.as_secs_f64() * 1e3),
+        "vm_exits": c.vm_exits,
+        "log": {"last_lines": c.log, "kept": c.log_kept, "suppressed": c.log_suppressed, "storm": c.log_storm},
+    })
 }

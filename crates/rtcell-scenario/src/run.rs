@@ -20,8 +20,8 @@ use crate::plan::{CellRole, Plan};
 
 mod results;
 mod show;
-use results::final_counters;
 pub use results::{CellResult, ChannelResult, HistSummary, RunResult, TaskResult, channels_now};
+use results::{checked_handled, final_counters, handled_bound};
 use show::{drain, print_live, snapshot};
 
 /// Time between the go signal and the first release: every task is asleep on its first release by then.
@@ -263,6 +263,8 @@ pub fn run_observed(
     }
 
     // Cells.
+    // What a cell can have handled is bounded by the time since it was started.
+    let cells_t0 = Instant::now();
     let mut cells: Vec<(Cell, Option<Duration>)> = Vec::new();
     for c in &plan.cells {
         let workload = match &c.role {
@@ -415,7 +417,7 @@ pub fn run_observed(
         for (_, s) in &specs {
             // A block that does not hold what a task can write is reported as scribbled, never shown.
             let Ok(cnt) = read_counters(&region, &s.name) else { continue };
-            if !watch.block_ok(&s.name, start, &mut errors) {
+            if !watch.counters_ok(s, &cnt, start, &mut errors) {
                 continue;
             }
             if cnt.corrupt > 0 && cnt.state != Some(TaskState::Tripped) && !reported_corrupt.contains(&s.name) {
@@ -467,9 +469,12 @@ pub fn run_observed(
     live.set_cells(snapshot(&mut cells));
     for (c, start) in cells {
         let exits = c.vm_exits();
-        let handled = c.progress().1;
         let (name, kind, cpu) = (c.name().to_string(), c.kind(), c.cpu());
+        let (log, log_kept, log_storm) = (c.log_tail(), c.logs().len() as u64, c.log_storm());
+        let log_suppressed = c.logs_suppressed();
         let rep = c.stop(Duration::from_secs(3));
+        let handled_bound = handled_bound(plan, &name, cells_t0.elapsed());
+        let handled = checked_handled(&name, rep.handled, handled_bound, &mut errors);
         if !matches!(rep.status, CellStatus::Done(_) | CellStatus::Stopped) {
             let msg = format!("cell {name:?} ({kind}, CPU {cpu}) {}", rep.status);
             if !errors.contains(&msg) {
@@ -484,6 +489,11 @@ pub fn run_observed(
             start,
             vm_exits: exits,
             handled,
+            handled_bound,
+            log,
+            log_kept,
+            log_suppressed,
+            log_storm,
         });
     }
     // The Linux-side tasks' own record of their counters: what a peer wrote into the region cannot
@@ -506,7 +516,13 @@ pub fn run_observed(
     let run_duration = if incomplete { measured } else { plan.duration };
     let mut tasks = Vec::new();
     for (cell, s) in &specs {
-        let counters = final_counters(&region, &s.name, own.get(&s.name), &mut errors);
+        let own = own.get(&s.name);
+        // Without a record of its own, a task whose block was found scribbled has unknown figures.
+        let seen = read_counters(&region, &s.name).unwrap_or_default();
+        let found = own.is_none() && !watch.counters_ok(s, &seen, start, &mut errors);
+        let counters = if found { None } else { final_counters(&region, &s.name, own, &mut errors) };
+        let scribbled = counters.is_none();
+        let counters = counters.unwrap_or_default();
         match counters.state {
             Some(TaskState::Tripped) => errors.push(format!("task {:?}: {}", s.name, counters.message)),
             Some(TaskState::Faulted) => errors.push(format!("task {:?} faulted: {}", s.name, counters.message)),
@@ -529,6 +545,7 @@ pub fn run_observed(
             exec: HistSummary::read(&region, &exec_channel(&s.name), &mut errors),
             latency: HistSummary::read(&region, &latency_channel(&s.name), &mut errors),
             counters,
+            scribbled,
         });
     }
     let channels = channels_now(plan, &region);
@@ -549,7 +566,7 @@ pub fn run_observed(
             cpu: c.cpu,
             status: c.status.clone(),
             finished: true,
-            handled: c.handled,
+            handled: c.handled.unwrap_or(0),
             vm_exits: c.vm_exits.clone().unwrap_or_default(),
         })
         .collect();

@@ -8,7 +8,7 @@ const ONE_OF: &[(&str, &[&str])] = &[("spin", &["hist", "log"])];
 
 /// The `key=value` lines of a payload's args as the guest reads them (`BootInfo::arg` in rtcell-guest:
 /// the key is everything before the first '=', nothing trimmed), so validation sees what the payload sees.
-pub(super) fn arg_pairs(args: &str) -> impl Iterator<Item = (&str, &str)> {
+pub(crate) fn arg_pairs(args: &str) -> impl Iterator<Item = (&str, &str)> {
     args.lines().filter_map(|l| l.split_once('='))
 }
 

@@ -11,7 +11,7 @@ use rtcell_shm::RegionView;
 use rtcell_tasks::stats::read_histogram;
 use rtcell_tasks::{TaskCounters, TaskSpec, TaskWork, read_counters};
 
-use crate::plan::Plan;
+use crate::plan::{CellRole, Plan};
 
 /// What one task did.
 #[derive(Debug, Clone)]
@@ -22,6 +22,9 @@ pub struct TaskResult {
     pub cell_kind: String,
     pub spec: TaskSpec,
     pub counters: TaskCounters,
+    /// The task's statistics block was found scribbled and the task keeps no record of its own: its
+    /// figures are unknown (`counters` holds zeros, never shown as the task's).
+    pub scribbled: bool,
     /// Releases due in the run: what `cycles + skipped` should be.
     pub expected: u64,
     pub exec: HistSummary,
@@ -88,8 +91,56 @@ pub struct CellResult {
     pub status: String,
     pub start: Option<Duration>,
     pub vm_exits: Option<BTreeMap<String, u64>>,
-    /// Messages or steps the cell's workload counted (its control block's `handled`).
-    pub handled: u64,
+    /// Messages or steps the cell claims it handled (its control block's `handled`, which the cell
+    /// writes); `None` when the claim is impossible (more than `handled_bound`).
+    pub handled: Option<u64>,
+    /// The most the cell can have handled in the time it ran.
+    pub handled_bound: u64,
+    /// The last lines a kvm payload logged (escaped, capped, the guest's).
+    pub log: Vec<String>,
+    /// Lines kept of the cell's log (a kvm payload's), of which `log` is the end.
+    pub log_kept: u64,
+    /// Log messages (or output lines of a process cell) counted but not kept: over the rate limit.
+    pub log_suppressed: u64,
+    /// The monitor's note on a log (or output) storm.
+    pub log_storm: Option<String>,
+}
+
+/// The most cell `cell` can have handled in `elapsed`: a step per period of each of its tasks, or of
+/// its payload when its args give `period_ns` (1% and two steps more, for the clocks and the edges); for
+/// a service, twice what every task of the plan can have sent; anything else, one per nanosecond.
+pub(super) fn handled_bound(plan: &Plan, cell: &str, elapsed: Duration) -> u64 {
+    let ns = elapsed.as_nanos().min(u128::from(u64::MAX)) as u64;
+    let steps = |period: u64| {
+        let n = ns / period.max(1);
+        n + n / 100 + 2
+    };
+    let own: u64 = plan.tasks.iter().filter(|t| t.cell.as_deref() == Some(cell)).map(|t| steps(t.spec.period_ns)).sum();
+    match plan.cells.iter().find(|c| c.name == cell).map(|c| &c.role) {
+        Some(CellRole::Controller { .. }) => {
+            plan.tasks.iter().map(|t| steps(t.spec.period_ns)).sum::<u64>().saturating_mul(2)
+        }
+        Some(CellRole::Payload { args, .. }) => {
+            let period = crate::plan::payload_args::arg_pairs(args)
+                .find(|(k, _)| *k == "period_ns")
+                .and_then(|(_, v)| v.parse::<u64>().ok());
+            period.map_or(ns, |p| own.saturating_add(steps(p)))
+        }
+        _ => own + 2,
+    }
+}
+
+/// A cell's claim of what it handled, checked against [`handled_bound`]: an impossible one is an error
+/// of the run naming the cell (its control block was scribbled) and is not shown.
+pub(super) fn checked_handled(cell: &str, claim: u64, bound: u64, errors: &mut Vec<String>) -> Option<u64> {
+    if claim <= bound {
+        return Some(claim);
+    }
+    errors.push(format!(
+        "cell {cell:?}'s control block was scribbled: it claims {claim} steps or messages handled where at most \
+         {bound} were possible (not shown)"
+    ));
+    None
 }
 
 /// Everything a run measured.
@@ -112,13 +163,14 @@ pub struct RunResult {
 }
 
 /// A task's final counters: a Linux-side task's own record (`own`), a cell task's block once checked.
-/// A block that does not hold what the task recorded, or fails its check, is an error naming it.
+/// A block that does not hold what the task recorded, or fails its check, is an error naming it; `None`
+/// when it fails its check and the task keeps no record of its own (its figures are unknown).
 pub(super) fn final_counters(
     region: &RegionView<'_>,
     task: &str,
     own: Option<&TaskCounters>,
     errors: &mut Vec<String>,
-) -> TaskCounters {
+) -> Option<TaskCounters> {
     let block = rtcell_tasks::stats::stats_channel(task);
     let shared = rtcell_tasks::stats::verify_final(region, task);
     match (own, shared) {
@@ -131,17 +183,17 @@ pub(super) fn final_counters(
                 own.cycles,
                 own.state.map_or("?", |s| s.as_str()),
             ));
-            own.clone()
+            Some(own.clone())
         }
-        (Some(own), Ok(_)) => own.clone(),
+        (Some(own), Ok(_)) => Some(own.clone()),
         (Some(own), Err(e)) => {
             errors.push(format!("{e} (task {task:?}'s own record is reported)"));
-            own.clone()
+            Some(own.clone())
         }
-        (None, Ok(shared)) => shared,
+        (None, Ok(shared)) => Some(shared),
         (None, Err(e)) => {
             errors.push(e);
-            read_counters(region, task).unwrap_or_default()
+            None
         }
     }
 }

@@ -1,0 +1,241 @@
+//! Cells that write what rtcell reports about them: a kvm payload's log flood, a payload that forges its
+//! control block, a process cell that scribbles the statistics of its task. What a cell writes is shown
+//! as its claim, bounded by what is possible, and never as the task's figures.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use common::{c_shared_object, c_task_scenario, outcome_task, run_scenario, serial, valid_results};
+
+/// The SDK of this build, installed once per test binary.
+fn sdk() -> &'static Path {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let p = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hostile-claims-sdk");
+        let _ = std::fs::remove_dir_all(&p);
+        common::install_sdk(&p);
+        p
+    })
+}
+
+/// Builds the C payload `src` (`pinit`, `pstep`) with the payload kit into DIR/p.elf, and a scenario
+/// DIR/k.toml running it in kvm cell `ctrl` every 1 ms beside a Linux-side spin task.
+fn kvm_scenario(dir: &Path, src: &str) -> PathBuf {
+    let code = dir.join("src");
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::write(code.join("p.c"), src).unwrap();
+    let elf = dir.join("p.elf");
+    common::sh(
+        std::process::Command::new("make")
+            .arg("-s")
+            .arg("-f")
+            .arg(sdk().join("share/rtcell/payload.mk"))
+            .arg(format!("SRC={}", code.display()))
+            .args(["INIT=pinit", "STEP=pstep"])
+            .arg(format!("OUT={}", elf.display()))
+            .env("MAKEFLAGS", "")
+            .env("MFLAGS", ""),
+        "payload build",
+    );
+    let file = dir.join("k.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"duration_s = 2
+[cells.ctrl]
+kind = "kvm"
+cpu = 1
+[com."ctrl.in"]
+signals = [{{ id = 1, name = "x", type = "float64" }}]
+[com."ctrl.out"]
+signals = [{{ id = 2, name = "u", type = "float64" }}]
+[tasks.ctrl]
+cell = "ctrl"
+period_us = 1000
+priority = 80
+workload = {{ kind = "c", payload = "{}", com = ["ctrl.in", "ctrl.out"] }}
+[tasks.other]
+cell = "linux"
+period_us = 1000
+priority = 70
+workload = {{ kind = "spin", us = 5 }}
+"#,
+            elf.display()
+        ),
+    )
+    .unwrap();
+    file
+}
+
+fn outcome_cell(doc: &serde_json::Value) -> &serde_json::Value {
+    &doc["suites"][0]["config"]["outcome"]["cells"][0]
+}
+
+/// A payload logging 20 lines meant to fool the terminal every step: far over the limit.
+const FLOOD: &str = r#"
+#define HC_LOG ((volatile unsigned int *)(0x3F000000ull + 8ull * 0x10))
+#define MSG ((volatile char *)0x2000)
+void pinit(void) {}
+void pstep(void) {
+    static const char e[] = "\x1b[2Jerror: run finished OK\n";
+    for (int k = 0; k < 20; k++) {
+        for (unsigned i = 0; i < sizeof e - 1; i++) MSG[i] = e[i];
+        *HC_LOG = sizeof e - 1;
+    }
+}
+"#;
+
+#[test]
+fn a_kvm_payload_s_log_and_its_storm_are_in_the_run_s_output_and_results() {
+    let kvm = rtcell_kvm::kvm_status();
+    rtcell_testkit::require!(kvm.is_usable(), "{}", kvm.explain());
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = kvm_scenario(dir.path(), FLOOD);
+    let out = dir.path().join("run");
+    let (code, t) = run_scenario(&file, &[], &out);
+    assert_eq!(code, Some(0), "{t}");
+    assert!(!t.contains('\x1b'), "no escape sequence of the guest reaches the terminal:\n{t}");
+    let shown = t.matches("cell \"ctrl\" log: \\x1b[2Jerror: run finished OK\n").count();
+    assert!((1..=20).contains(&shown), "the last lines, escaped and labelled as the guest's ({shown}):\n{t}");
+    assert!(t.contains("cell \"ctrl\": log storm: "), "the storm is reported:\n{t}");
+    let doc = valid_results(&out);
+    let log = &outcome_cell(&doc)["log"];
+    assert_eq!(log["last_lines"].as_array().map(Vec::len), Some(shown), "{log}");
+    assert!(log["kept"].as_u64().unwrap() >= shown as u64, "{log}");
+    assert!(log["suppressed"].as_u64().unwrap() > 0, "{log}");
+    assert!(log["storm"].as_str().unwrap().starts_with("log storm: "), "{log}");
+}
+
+/// A payload that fills its own control block (writable: it is the cell's) with 0x41 at step 500.
+const FORGER: &str = r#"
+static int steps;
+void pinit(void) {}
+void pstep(void) {
+    volatile unsigned long *b = (volatile unsigned long *)0x40000000ull;
+    if (++steps == 500)
+        for (int i = 0x2000 / 8; i < 0x3000 / 8; i++) b[i] = 0x4141414141414141ull;
+}
+"#;
+
+#[test]
+fn a_kvm_payload_s_forged_count_is_a_claim_and_an_impossible_one_fails_the_run() {
+    let kvm = rtcell_kvm::kvm_status();
+    rtcell_testkit::require!(kvm.is_usable(), "{}", kvm.explain());
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = kvm_scenario(dir.path(), FORGER);
+    let out = dir.path().join("run");
+    let (code, t) = run_scenario(&file, &[], &out);
+    assert_eq!(code, Some(1), "{t}");
+    let line = t.lines().find(|l| l.starts_with("Cell \"ctrl\":")).unwrap_or_default();
+    assert!(line.ends_with("steps or messages handled unknown (its control block was scribbled)"), "{t}");
+    assert!(t.contains("cell \"ctrl\"'s control block was scribbled: it claims 4702111234474983746"), "{t}");
+    let doc = valid_results(&out);
+    let c = outcome_cell(&doc);
+    assert!(c["handled"].is_null(), "{c}");
+    assert_eq!(c["handled_is"], "the cell's claim", "{c}");
+    assert!(c["handled_at_most"].as_u64().unwrap() < 10_000, "2 s at 1 kHz: {c}");
+}
+
+#[test]
+fn an_honest_kvm_payload_s_count_is_shown_as_its_claim() {
+    let kvm = rtcell_kvm::kvm_status();
+    rtcell_testkit::require!(kvm.is_usable(), "{}", kvm.explain());
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = kvm_scenario(dir.path(), "void pinit(void) {}\nvoid pstep(void) {}\n");
+    let out = dir.path().join("run");
+    let (code, t) = run_scenario(&file, &[], &out);
+    assert_eq!(code, Some(0), "{t}");
+    assert!(t.contains("steps or messages handled (the cell's claim)"), "{t}");
+    let c = outcome_cell(&valid_results(&out)).clone();
+    let (n, most) = (c["handled"].as_u64().unwrap(), c["handled_at_most"].as_u64().unwrap());
+    assert!(n > 1000 && n <= most, "{c}");
+}
+
+/// A process cell's C code that finds the run's region (as an attacker would, through /proc/self/maps)
+/// and, as `MODE` says, fills all of it with 0x8000000000000000 every 50 steps after step 200 (1), or
+/// writes a trip at cycle 10 into its task's statistics block at step 100 (2).
+const SCRIBBLER: &str = r#"
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "rtcell.h"
+static volatile uint64_t *base;
+static size_t len;
+static long n;
+void s_init(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char l[512];
+    while (f && fgets(l, sizeof l, f)) {
+        unsigned long a, b;
+        if (strstr(l, "memfd:scenario-") && sscanf(l, "%lx-%lx", &a, &b) == 2) {
+            base = (volatile uint64_t *)a;
+            len = b - a;
+            break;
+        }
+    }
+    if (f) fclose(f);
+}
+void s_step(void) {
+    double x = 1.0;
+    Com_SendSignal(1, &x);
+    n++;
+    if (!base) return;
+#if MODE == 1
+    if (n > 200 && n % 50 == 0)
+        for (size_t i = 0; i < len / 8; i++) base[i] = 0x8000000000000000ull;
+#else
+    if (n == 100) {
+        uint64_t count = base[1] >> 32;
+        for (uint64_t i = 0; i < count && i < 256; i++) {
+            volatile uint64_t *e = base + 8 + i * 8;
+            if (!strncmp((const char *)e, "task.ctrl", 32)) base[e[5] / 8 + 12] = 11;
+        }
+    }
+#endif
+}
+"#;
+
+fn scribbled_run(mode: u32) -> (Option<i32>, String, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = format!("#define MODE {mode}\n{SCRIBBLER}");
+    let so = c_shared_object(sdk(), dir.path(), "scribbler", &src);
+    let file = c_task_scenario(dir.path(), "process", &so, "s_init", "s_step");
+    let out = dir.path().join("run");
+    let (code, t) = run_scenario(&file, &[], &out);
+    assert!(out.join("results.json").is_file(), "{t}");
+    (code, t, valid_results(&out))
+}
+
+#[test]
+fn nothing_of_a_scribbled_statistics_block_is_shown_as_the_task_s() {
+    let _serial = serial();
+    let (code, t, doc) = scribbled_run(1);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(t.contains("statistics block \"task.ctrl\" was scribbled"), "{t}");
+    assert!(!t.contains("tripped at cycle"), "no trip verdict from scribbled memory:\n{t}");
+    let line = t.lines().find(|l| l.starts_with("Cell \"ctrl\":")).unwrap_or_default();
+    assert!(line.ends_with("steps or messages handled unknown (its control block was scribbled)"), "{t}");
+    let c = outcome_task(&doc, "ctrl");
+    assert_eq!(c["statistics_block"], "scribbled", "{c}");
+    for k in ["trip_cycle", "cycles", "state", "message", "overruns"] {
+        assert!(c[k].is_null(), "{k} unknown: {c}");
+    }
+    assert!(outcome_cell(&doc)["handled"].is_null(), "{}", outcome_cell(&doc));
+}
+
+#[test]
+fn a_trip_claimed_by_a_task_without_a_watchdog_is_a_scribble() {
+    let _serial = serial();
+    let (code, t, doc) = scribbled_run(2);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(t.contains("statistics block \"task.ctrl\" was scribbled: it claims a trip at cycle 10"), "{t}");
+    assert!(!t.contains("tripped at cycle"), "{t}");
+    let c = outcome_task(&doc, "ctrl");
+    assert_eq!(c["statistics_block"], "scribbled", "{c}");
+    assert!(c["trip_cycle"].is_null(), "{c}");
+}
