@@ -98,6 +98,9 @@ impl ClosedCounters {
     }
 }
 
+/// A connection's place among its identity's, and among its role's.
+type Places = (Share<String>, Vec<Share<()>>);
+
 #[derive(Default)]
 struct State {
     admitted: AtomicBool,
@@ -112,7 +115,7 @@ struct State {
     failures: AtomicU32,
     /// The connection's place among its identity's (TCP), once authenticated, and among its role's
     /// ([`MAX_VIEWER_CONNECTIONS`], [`MAX_BELOW_ADMIN_CONNECTIONS`]).
-    identity: Mutex<Option<(Share<String>, Vec<Share<()>>)>>,
+    identity: Mutex<Option<Places>>,
     /// The task driving the connection's socket, woken when the gateway closes it.
     waker: Mutex<Option<Waker>>,
 }
@@ -378,11 +381,7 @@ impl Conns {
 impl Conns {
     /// A place for a connection of `identity` with `role`: among the identity's, and its role's;
     /// `Err(None)` if the identity holds its most, `Err(Some(cap))` if the role's clients hold theirs.
-    fn places(
-        &self,
-        identity: &str,
-        role: crate::access::Role,
-    ) -> Result<(Share<String>, Vec<Share<()>>), Option<usize>> {
+    fn places(&self, identity: &str, role: crate::access::Role) -> Result<Places, Option<usize>> {
         use crate::access::Role;
         let mine = self.per_identity.take(identity.to_string()).ok_or(None)?;
         let mut roles = Vec::new();
