@@ -384,9 +384,9 @@ impl<S: tonic::server::NamedService> tonic::server::NamedService for Authorized<
     const NAME: &'static str = S::NAME;
 }
 
-impl<S, B> tower::Service<http::Request<B>> for Authorized<S>
+impl<S> tower::Service<http::Request<tonic::body::Body>> for Authorized<S>
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Send,
+    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<tonic::body::Body>> + Send,
     S::Future: Send + 'static,
 {
     type Response = S::Response;
@@ -397,7 +397,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<tonic::body::Body>) -> Self::Future {
         let method = method_of(req.uri().path()).to_string();
         let refused = match self.access.identify(self.on, req.headers(), req.extensions()) {
             Err(status) => {
@@ -413,7 +413,7 @@ where
                 );
                 status
             }
-            Ok(caller) => match self.conns.admit(req.extensions_mut(), &caller.key) {
+            Ok(caller) => match self.conns.admit(req.extensions_mut(), &caller.key, caller.role) {
                 Err(status) => {
                     // Admission (the connections of its identity): refused before any handler.
                     let what = serde_json::json!({ "method": method });
@@ -435,21 +435,30 @@ impl<S> Authorized<S> {
     /// request in flight on its connection until the answer's end), else PERMISSION_DENIED, audited.
     /// A failed answer that no handler audited (an undecodable or oversized message, an unknown method,
     /// NOT_FOUND of a read, a stream over its limit, ...) is audited here, as `refused`.
-    fn serve<B>(&mut self, caller: Caller, method: String, mut req: http::Request<B>) -> Answer<S::Response, S::Error>
+    fn serve(
+        &mut self,
+        caller: Caller,
+        method: String,
+        req: http::Request<tonic::body::Body>,
+    ) -> Answer<S::Response, S::Error>
     where
-        S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Send,
+        S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<tonic::body::Body>> + Send,
         S::Future: Send + 'static,
     {
-        use http_body_util::BodyExt as _;
+        use crate::budget::{Metered, Way};
         let need = Role::needed_for(&method);
         if caller.role >= need {
             let in_flight = req.extensions().get::<crate::conn::Conn>().map(|c| c.request());
-            let failed = Unaudited {
+            let failed = Arc::new(Unaudited {
                 gateway: Arc::clone(&self.gateway),
                 client: caller.client.clone(),
                 method,
                 audited: caller.audited.clone(),
-            };
+            });
+            let (budget, key) = (Arc::clone(&self.gateway.counters.budget), caller.key.clone());
+            // The request's bytes count against its identity's budget from the first frame.
+            let mut req =
+                req.map(|b| tonic::body::Body::new(Metered::new(b, Arc::clone(&budget), key.clone(), Way::Request)));
             req.extensions_mut().insert(caller);
             let fut = self.inner.call(req);
             return Box::pin(async move {
@@ -458,13 +467,12 @@ impl<S> Authorized<S> {
                 // a stream's is in its trailers.
                 failed.check(resp.headers());
                 Ok(resp.map(|b| {
-                    tonic::body::Body::new(b.map_frame(move |f| {
-                        let _held = &in_flight;
-                        if let Some(t) = f.trailers_ref() {
-                            failed.check(t);
-                        }
-                        f
-                    }))
+                    let f = Arc::clone(&failed);
+                    let body = Metered::new(b, budget, key, Way::Reply).on_trailers(Box::new(move |t| f.check(t)));
+                    tonic::body::Body::new(match in_flight {
+                        Some(i) => body.keep(Box::new(i)),
+                        None => body,
+                    })
                 }))
             });
         }

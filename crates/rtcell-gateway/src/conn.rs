@@ -39,6 +39,12 @@ pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 16;
 pub const MAX_PREAUTH: usize = crate::server::MAX_CONNECTIONS / 2;
 /// Most authenticated TCP connections of one identity (token, certificate) per listener.
 pub const MAX_CONNECTIONS_PER_IDENTITY: usize = 16;
+/// Most authenticated TCP connections of all viewers together, per listener: operators and admins
+/// always find the rest of the authenticated places (viewer credentials are the ones handed out most).
+pub const MAX_VIEWER_CONNECTIONS: usize = 48;
+/// Most authenticated TCP connections of viewers and operators together, per listener: admins always
+/// find at least `MAX_CONNECTIONS - MAX_PREAUTH - MAX_BELOW_ADMIN_CONNECTIONS` (8) places.
+pub const MAX_BELOW_ADMIN_CONNECTIONS: usize = 56;
 /// An authenticated TCP connection with no request in flight for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Failed authentications after which a connection is closed.
@@ -64,6 +70,9 @@ pub struct ClosedCounters {
     pub preauth_evicted: AtomicU64,
     /// Its identity already had [`MAX_CONNECTIONS_PER_IDENTITY`] connections.
     pub identity_full: AtomicU64,
+    /// At its first request: its role's clients already had their most ([`MAX_VIEWER_CONNECTIONS`],
+    /// [`MAX_BELOW_ADMIN_CONNECTIONS`]).
+    pub role_full: AtomicU64,
     /// Authenticated, and no request in flight for [`IDLE_TIMEOUT`].
     pub idle: AtomicU64,
     /// [`MAX_AUTH_FAILURES`] failed authentications on it.
@@ -82,11 +91,15 @@ impl ClosedCounters {
             ("preauth_full", l(&self.preauth_full)),
             ("preauth_evicted", l(&self.preauth_evicted)),
             ("identity_full", l(&self.identity_full)),
+            ("role_full", l(&self.role_full)),
             ("idle", l(&self.idle)),
             ("auth_failures", l(&self.auth_failures)),
         ]
     }
 }
+
+/// A connection's place among its identity's, and among its role's.
+type Places = (Share<String>, Vec<Share<()>>);
 
 #[derive(Default)]
 struct State {
@@ -100,8 +113,9 @@ struct State {
     started: AtomicU64,
     /// Failed authentications on it.
     failures: AtomicU32,
-    /// The connection's place among its identity's (TCP), once authenticated.
-    identity: Mutex<Option<Share<String>>>,
+    /// The connection's place among its identity's (TCP), once authenticated, and among its role's
+    /// ([`MAX_VIEWER_CONNECTIONS`], [`MAX_BELOW_ADMIN_CONNECTIONS`]).
+    identity: Mutex<Option<Places>>,
     /// The task driving the connection's socket, woken when the gateway closes it.
     waker: Mutex<Option<Waker>>,
 }
@@ -175,6 +189,8 @@ pub struct Conns {
     by_peer: Mutex<HashMap<SocketAddr, Conn>>,
     per_ip: Arc<Shares<IpAddr>>,
     per_identity: Arc<Shares<String>>,
+    viewers: Arc<Shares<()>>,
+    below_admin: Arc<Shares<()>>,
     pending: Mutex<Pending>,
     pub closed: Arc<ClosedCounters>,
 }
@@ -193,6 +209,8 @@ impl Conns {
             by_peer: Mutex::default(),
             per_ip: Shares::new(MAX_CONNECTIONS_PER_ADDRESS),
             per_identity: Shares::new(MAX_CONNECTIONS_PER_IDENTITY),
+            viewers: Shares::new(MAX_VIEWER_CONNECTIONS),
+            below_admin: Shares::new(MAX_BELOW_ADMIN_CONNECTIONS),
             pending: Mutex::default(),
             closed,
         })
@@ -318,23 +336,38 @@ impl Conns {
     /// and puts the connection's [`Conn`] into the request for the handlers.
     /// On TCP the connection counts against `identity`'s [`MAX_CONNECTIONS_PER_IDENTITY`] from then
     /// on; one beyond is refused (RESOURCE_EXHAUSTED) and closed.
-    pub fn admit(&self, ext: &mut http::Extensions, identity: &str) -> Result<(), tonic::Status> {
+    pub fn admit(
+        &self,
+        ext: &mut http::Extensions,
+        identity: &str,
+        role: crate::access::Role,
+    ) -> Result<(), tonic::Status> {
         let Some(c) = self.conn_of(ext) else { return Ok(()) };
         if let Some(peer) = peer_of(ext) {
             let Ok(mut held) = c.0.identity.lock() else {
                 return Err(tonic::Status::internal("connection state poisoned"));
             };
             if held.is_none() {
-                let Some(share) = self.per_identity.take(identity.to_string()) else {
+                let shares = self.places(identity, role);
+                let Ok(shares) = shares else {
                     drop(held);
-                    self.closed.identity_full.fetch_add(1, Ordering::Relaxed);
+                    let counter =
+                        if matches!(shares, Err(None)) { &self.closed.identity_full } else { &self.closed.role_full };
+                    counter.fetch_add(1, Ordering::Relaxed);
                     c.close_soon();
-                    return Err(tonic::Status::resource_exhausted(format!(
-                        "this client's identity already has {MAX_CONNECTIONS_PER_IDENTITY} connections open, its most: \
-                         use those, or close one; this connection is closed"
-                    )));
+                    return Err(tonic::Status::resource_exhausted(match shares {
+                        Err(None) => format!(
+                            "this client's identity already has {MAX_CONNECTIONS_PER_IDENTITY} connections open, its most: \
+                             use those, or close one; this connection is closed"
+                        ),
+                        Err(Some(n)) => format!(
+                            "the {role} role's clients together already have {n} connections open, their most (the other \
+                             places are kept for higher roles): use those, or close one; this connection is closed"
+                        ),
+                        Ok(_) => String::new(),
+                    }));
                 };
-                *held = Some(share);
+                *held = Some(shares);
             }
             drop(held);
             self.leave_pending(peer.ip(), &c);
@@ -342,6 +375,23 @@ impl Conns {
         c.admit();
         ext.insert(c);
         Ok(())
+    }
+}
+
+impl Conns {
+    /// A place for a connection of `identity` with `role`: among the identity's, and its role's;
+    /// `Err(None)` if the identity holds its most, `Err(Some(cap))` if the role's clients hold theirs.
+    fn places(&self, identity: &str, role: crate::access::Role) -> Result<Places, Option<usize>> {
+        use crate::access::Role;
+        let mine = self.per_identity.take(identity.to_string()).ok_or(None)?;
+        let mut roles = Vec::new();
+        if role < Role::Admin {
+            roles.push(self.below_admin.take(()).ok_or(Some(MAX_BELOW_ADMIN_CONNECTIONS))?);
+        }
+        if role < Role::Operator {
+            roles.push(self.viewers.take(()).ok_or(Some(MAX_VIEWER_CONNECTIONS))?);
+        }
+        Ok((mine, roles))
     }
 }
 

@@ -15,6 +15,7 @@
 //! - [`server`]: listeners, TLS and limits put together; [`client`]: connecting as `rtcell ctl` does.
 
 pub mod access;
+pub mod budget;
 pub mod client;
 pub mod conn;
 pub mod deploy;

@@ -33,11 +33,14 @@ pub struct GatewayCounters {
     pub metrics_closed: std::sync::Arc<crate::conn::ClosedCounters>,
     /// Statistics streams: open, dropped samples, ended.
     pub streams: crate::streams::StreamCounters,
+    /// Bytes held for clients' requests and replies ([`crate::budget`]).
+    pub budget: std::sync::Arc<crate::budget::Budget>,
 }
 
-/// The memory the gateway process should stay within (resident set); above it no new statistics
-/// stream is opened. Reported in `/metrics` beside the resident set.
-pub const MEMORY_BUDGET_BYTES: u64 = 256 << 20;
+/// The bytes held for clients above which no new statistics stream is opened: three quarters of the
+/// gateway's budget ([`crate::budget::TOTAL_BYTES`]), counted, never the resident set (which an allocator
+/// may keep long after a burst).
+pub const STREAMS_BELOW_BYTES: u64 = (crate::budget::TOTAL_BYTES as u64) / 4 * 3;
 
 /// The resident set of this process, bytes (`/proc/self/statm`); 0 if unknown.
 pub fn resident_bytes() -> u64 {
@@ -58,6 +61,8 @@ pub fn resident_bytes_of(pid: Option<u32>) -> Option<u64> {
 #[derive(Debug, Default)]
 pub struct Limits {
     pub resident_bytes: u64,
+    /// Bytes held for clients now ([`crate::budget`]).
+    pub held_bytes: u64,
     /// (listener: `grpc` or `metrics`, reason, connections closed).
     pub closed: Vec<(&'static str, &'static str, u64)>,
     pub streams_open: u64,
@@ -72,6 +77,7 @@ impl GatewayCounters {
         let s = &self.streams;
         Limits {
             resident_bytes: resident_bytes(),
+            held_bytes: self.budget.held() as u64,
             closed: [("grpc", &self.closed), ("metrics", &self.metrics_closed)]
                 .into_iter()
                 .flat_map(|(l, c)| c.rows().into_iter().map(move |(r, n)| (l, r, n)))
@@ -405,7 +411,7 @@ fn encode_limits(enc: &mut DescriptorEncoder, l: &Limits) -> std::fmt::Result {
         "rtcell_gateway_connections_closed",
         "Connections the gateway closed, by listener (grpc, metrics) and reason: listener_full, address_full and preauth_full at accept, \
          preauth_evicted (unauthenticated, or on metrics not yet answered, its place given to an address \
-         holding fewer), no_request (no authenticated request, or on metrics no request, within the deadline), identity_full (its identity's most connections), idle \
+         holding fewer), no_request (no authenticated request, or on metrics no request, within the deadline), identity_full (its identity's most connections), role_full (its role's clients' most connections), idle \
          (no request in flight for the idle timeout), auth_failures (too many failed authentications), \
          stalled_stream (a stream its client did not read).",
         l.closed.iter().map(|(l, r, n)| (ClosedLabels { listener: (*l).to_string(), reason: (*r).to_string() }, *n)),
@@ -422,10 +428,18 @@ fn encode_limits(enc: &mut DescriptorEncoder, l: &Limits) -> std::fmt::Result {
     single(
         enc,
         "rtcell_gateway_memory_budget",
-        "Memory budget of the gateway's process (above it, no new statistics streams).",
+        "Bytes the gateway holds at most for all clients' requests and replies in flight.",
         bytes,
         MetricType::Gauge,
-        MEMORY_BUDGET_BYTES,
+        crate::budget::TOTAL_BYTES as u64,
+    )?;
+    single(
+        enc,
+        "rtcell_gateway_held",
+        "Bytes held now for clients' requests and replies in flight (above 3/4 of the budget, no new statistics streams).",
+        bytes,
+        MetricType::Gauge,
+        l.held_bytes,
     )?;
     single(
         enc,

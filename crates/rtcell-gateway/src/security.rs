@@ -117,8 +117,28 @@ struct AuditFile {
     rotate_at: u64,
 }
 
+/// Opens the audit log for appending: created 0600 (it names who did what), never through a link
+/// (O_NOFOLLOW: a link planted where the file goes is refused, not followed), and only a regular file.
 fn open_append(p: &Path) -> Result<std::fs::File, String> {
-    std::fs::OpenOptions::new().create(true).append(true).open(p).map_err(|e| format!("audit log {}: {e}", p.display()))
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(p)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => format!(
+                "audit log {}: is a symbolic link; give the path of a regular file (links are not followed)",
+                p.display()
+            ),
+            _ => format!("audit log {}: {e}", p.display()),
+        })?;
+    let meta = f.metadata().map_err(|e| format!("audit log {}: {e}", p.display()))?;
+    if !meta.file_type().is_file() {
+        return Err(format!("audit log {}: not a regular file", p.display()));
+    }
+    Ok(f)
 }
 
 impl Audit {
@@ -154,6 +174,7 @@ impl Audit {
     /// [`crate::tally::FLUSH_EVERY`] and when it stops).
     pub fn flush_refusals(&self) {
         for (client, action, what, result) in self.refusals.take() {
+            // `what` was bounded when the refusal was counted.
             self.line(&client, &action, what, &Err(result));
         }
     }
@@ -164,11 +185,12 @@ impl Audit {
     pub fn log(&self, who: &Caller, action: &str, what: serde_json::Value, result: &Result<String, Status>) {
         who.audited();
         match result {
-            Ok(_) => self.line(&who.id, action, what, result),
+            Ok(_) => self.line(&who.id, action, bounded(what), result),
             Err(s) => self.refused(&who.client, action, what, s),
         }
     }
 
+    /// One line; `what` already [`bounded`] (once: a bounded list's "[N more]" counts the client's list).
     fn line(&self, client: &str, action: &str, what: serde_json::Value, result: &Result<String, Status>) {
         let (ok, detail) = match result {
             Ok(d) => (true, d.clone()),
@@ -176,7 +198,6 @@ impl Audit {
         };
         // Client text is capped and escaped here, whatever the caller passed.
         let detail = rtcell_host::peer_text::printable_line(&detail, 4 * CLIENT_TEXT_CAP);
-        let what = bounded(what);
         let line = serde_json::json!({
             "time": rtcell_report::doc::rfc3339_utc(std::time::SystemTime::now()),
             "client": client,

@@ -252,6 +252,11 @@ where
             req.extensions_mut().insert(u);
         }
         let path = req.uri().path().to_string();
+        // A call outside the gateway's service never reaches `access::Authorized`: audited here, by
+        // address (nobody identified it), as a refusal like an unknown method of the service.
+        let outside = !path.starts_with("/rtcell.v1.Gateway/");
+        let client =
+            crate::conn::peer_of(req.extensions()).map_or_else(|| "unix".to_string(), |p| format!("tcp {}", p.ip()));
         let fut = self.inner.call(req);
         let g = Arc::clone(&self.gateway);
         Box::pin(async move {
@@ -266,6 +271,10 @@ where
                 // Method names come from clients: only the API's own are labels.
                 let method = crate::access::method_of(&path);
                 g.counters.request(method, code);
+                if outside && code != tonic::Code::Ok {
+                    let status = tonic::Status::new(code, "no such service");
+                    g.audit.refused(&client, "refused", serde_json::json!({ "method": path }), &status);
+                }
             }
             r
         })

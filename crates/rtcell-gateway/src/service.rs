@@ -274,28 +274,9 @@ impl GatewayApi for Service {
     async fn write_signal(&self, req: Request<pb::WriteSignalRequest>) -> Result<Response<pb::WriteAck>, Status> {
         let who = caller(&req)?;
         let r = req.into_inner();
-        let what =
-            serde_json::json!({ "signal": r.name, "values": r.values.iter().map(value_json).collect::<Vec<_>>() });
-        let res = self.write(&who, &r).await;
-        self.0.audit.log(
-            &who,
-            "write",
-            what,
-            &res.as_ref()
-                .map(|a| format!("seq {} seen {:?} by task {:?}", a.seq, a.seen, a.task))
-                .map_err(Clone::clone),
-        );
-        let result = match &res {
-            Ok(_) => "acknowledged",
-            Err(s) => crate::metrics::code_name(s.code()),
-        };
-        // Names of signals that do not exist are not used as labels: a client could make them unbounded.
-        let label = match self.0.running() {
-            Ok((_, live)) if live.plan.signals.iter().any(|s| s.name == r.name) => r.name.clone(),
-            _ => "(unknown)".into(),
-        };
-        self.0.counters.write(&label, result);
-        res.map(Response::new)
+        // The write, its audit line and its count go on if the client goes away (a cancelled call drops
+        // this future): a value written is always audited and counted.
+        detached(self.clone().write_audited(who, r)).await.map(Response::new)
     }
 
     async fn start_scenario(&self, req: Request<pb::StartScenarioRequest>) -> Result<Response<pb::RunInfo>, Status> {
@@ -344,35 +325,45 @@ impl GatewayApi for Service {
             return Err(e);
         }
         let g = Arc::clone(&self.0);
-        let res = tokio::task::spawn_blocking(move || {
-            let Some(d) = &g.deployer else {
-                return Err(Status::failed_precondition("this gateway does not deploy payloads: run `rtcell serve`"));
-            };
-            let mut busy: Vec<(usize, String)> = g
-                .master_cpus
-                .iter()
-                .map(|c| (*c, "the gateway and the Linux side (the master CPU)".to_string()))
-                .collect();
-            if let Some(l) = g.current().filter(|s| s.outcome().is_none()).and_then(|s| s.live().cloned()) {
-                busy.extend(l.plan.cells.iter().map(|c| (c.cpu, format!("cell {:?} of the running scenario", c.name))));
-                busy.push((l.plan.master_cpu, "the running scenario's Linux-side tasks".to_string()));
+        let g2 = Arc::clone(&self.0);
+        // Deployed, audited and counted even if the client goes away meanwhile.
+        detached(async move {
+            let res = tokio::task::spawn_blocking(move || {
+                let Some(d) = &g.deployer else {
+                    return Err(Status::failed_precondition(
+                        "this gateway does not deploy payloads: run `rtcell serve`",
+                    ));
+                };
+                let mut busy: Vec<(usize, String)> = g
+                    .master_cpus
+                    .iter()
+                    .map(|c| (*c, "the gateway and the Linux side (the master CPU)".to_string()))
+                    .collect();
+                if let Some(l) = g.current().filter(|s| s.outcome().is_none()).and_then(|s| s.live().cloned()) {
+                    busy.extend(
+                        l.plan.cells.iter().map(|c| (c.cpu, format!("cell {:?} of the running scenario", c.name))),
+                    );
+                    busy.push((l.plan.master_cpu, "the running scenario's Linux-side tasks".to_string()));
+                }
+                d.deploy(&r, &busy, &g.in_use())
+            })
+            .await
+            .map_err(|e| Status::internal(format!("deploy task: {e}")))?;
+            if res.is_ok() {
+                g2.counters.deploys.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            d.deploy(&r, &busy, &g.in_use())
+            g2.audit.log(
+                &who,
+                "deploy",
+                what,
+                &res.as_ref()
+                    .map(|c| format!("cell {:?} on CPU {} ({})", c.name, c.cpu, c.stored_at))
+                    .map_err(Clone::clone),
+            );
+            res
         })
         .await
-        .map_err(|e| Status::internal(format!("deploy task: {e}")))?;
-        if res.is_ok() {
-            self.0.counters.deploys.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.0.audit.log(
-            &who,
-            "deploy",
-            what,
-            &res.as_ref()
-                .map(|c| format!("cell {:?} on CPU {} ({})", c.name, c.cpu, c.stored_at))
-                .map_err(Clone::clone),
-        );
-        res.map(Response::new)
+        .map(Response::new)
     }
 
     async fn stop_cell(&self, req: Request<pb::StopCellRequest>) -> Result<Response<pb::DeployedCell>, Status> {
@@ -384,19 +375,25 @@ impl GatewayApi for Service {
         }
         let g = Arc::clone(&self.0);
         let n2 = name.clone();
-        let res = tokio::task::spawn_blocking(move || match &g.deployer {
-            Some(d) => d.stop(&n2),
-            None => Err(Status::failed_precondition("this gateway deploys no cells")),
+        let g2 = Arc::clone(&self.0);
+        // Stopped, audited and counted even if the client goes away meanwhile.
+        detached(async move {
+            let res = tokio::task::spawn_blocking(move || match &g.deployer {
+                Some(d) => d.stop(&n2),
+                None => Err(Status::failed_precondition("this gateway deploys no cells")),
+            })
+            .await
+            .map_err(|e| Status::internal(format!("stop task: {e}")))?;
+            g2.audit.log(
+                &who,
+                "stop-cell",
+                serde_json::json!({ "cell": name }),
+                &res.as_ref().map(|c| c.status.clone()).map_err(Clone::clone),
+            );
+            res
         })
         .await
-        .map_err(|e| Status::internal(format!("stop task: {e}")))?;
-        self.0.audit.log(
-            &who,
-            "stop-cell",
-            serde_json::json!({ "cell": name }),
-            &res.as_ref().map(|c| c.status.clone()).map_err(Clone::clone),
-        );
-        res.map(Response::new)
+        .map(Response::new)
     }
 
     async fn get_results(&self, req: Request<pb::GetResultsRequest>) -> Result<Response<pb::ResultsDocument>, Status> {
@@ -425,7 +422,45 @@ impl GatewayApi for Service {
     }
 }
 
+/// Runs `work` in a task of its own and waits for it: if the call is cancelled (the client went away,
+/// its deadline passed), the work still ends, and audits and counts what it did.
+async fn detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T, Status>> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::spawn(work).await.map_err(|e| Status::internal(format!("request task: {e}")))?
+}
+
 impl Service {
+    /// A write, its audit line and its count (see [`GatewayApi::write_signal`]).
+    async fn write_audited(
+        self,
+        who: crate::access::Caller,
+        r: pb::WriteSignalRequest,
+    ) -> Result<pb::WriteAck, Status> {
+        let what =
+            serde_json::json!({ "signal": r.name, "values": r.values.iter().map(value_json).collect::<Vec<_>>() });
+        let res = self.write(&who, &r).await;
+        self.0.audit.log(
+            &who,
+            "write",
+            what,
+            &res.as_ref()
+                .map(|a| format!("seq {} seen {:?} by task {:?}", a.seq, a.seen, a.task))
+                .map_err(Clone::clone),
+        );
+        let result = match &res {
+            Ok(_) => "acknowledged",
+            Err(s) => crate::metrics::code_name(s.code()),
+        };
+        // Names of signals that do not exist are not used as labels: a client could make them unbounded.
+        let label = match self.0.running() {
+            Ok((_, live)) if live.plan.signals.iter().any(|s| s.name == r.name) => r.name.clone(),
+            _ => "(unknown)".into(),
+        };
+        self.0.counters.write(&label, result);
+        res
+    }
+
     async fn write(&self, who: &crate::access::Caller, r: &pb::WriteSignalRequest) -> Result<pb::WriteAck, Status> {
         // One write in flight per client: a second is refused at once, never queued.
         let _mine = self.0.writes.enter(&who.key, &who.client)?;

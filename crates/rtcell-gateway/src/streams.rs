@@ -7,8 +7,8 @@
 //!   message, and `rtcell_gateway_stream_dropped_samples_total`).
 //! - A stream the transport has not asked for anything for [`STALL_DEADLINE`] is ended: its connection
 //!   is closed (the client is not reading, so a status could not reach it), and counted.
-//! - At most [`MAX_OPEN_STREAMS`] streams are open gateway-wide, none is opened while the process is
-//!   above its [memory budget](crate::metrics::MEMORY_BUDGET_BYTES): beyond, RESOURCE_EXHAUSTED. A TCP
+//! - At most [`MAX_OPEN_STREAMS`] streams are open gateway-wide, none is opened while the bytes held
+//!   for clients are above [three quarters of their budget](crate::metrics::STREAMS_BELOW_BYTES): beyond, RESOURCE_EXHAUSTED. A TCP
 //!   client's identity (token, certificate) holds at most [`MAX_STREAMS_PER_IDENTITY`] of them.
 
 use std::pin::Pin;
@@ -80,13 +80,13 @@ pub fn stream_stats(g: Arc<Gateway>, req: Request<pb::StreamStatsRequest>) -> Re
         return Err(Status::invalid_argument(format!("rate_hz {rate}: give 0.1 to 100 snapshots per second")));
     }
     let counters = &g.counters.streams;
-    let rss = crate::metrics::resident_bytes();
-    if rss > crate::metrics::MEMORY_BUDGET_BYTES {
+    let held = g.counters.budget.held() as u64;
+    if held > crate::metrics::STREAMS_BELOW_BYTES {
         counters.refused.fetch_add(1, Ordering::Relaxed);
         return Err(Status::resource_exhausted(format!(
-            "the gateway uses {} MiB, above its budget of {} MiB: no new streams until it is below; retry later",
-            rss >> 20,
-            crate::metrics::MEMORY_BUDGET_BYTES >> 20
+            "the gateway holds {} MiB for clients' requests and replies, above {} MiB: no new streams until it is below; retry later",
+            held >> 20,
+            crate::metrics::STREAMS_BELOW_BYTES >> 20
         )));
     }
     let share = match caller.listener {

@@ -142,6 +142,13 @@ pub async fn write_and_confirm(
             Ok(_) => {}
             Err(e) => return Err(Status::data_loss(format!("signal {:?}: {e}", sig.name))),
         }
+        if live.finished() || live.stop_requested() {
+            // Nobody will acknowledge: give up at once, and the signal with it.
+            return Err(Status::failed_precondition(format!(
+                "signal {:?}: value written (seq {seq}) but the run was stopped before task {reader:?} acknowledged it",
+                sig.name
+            )));
+        }
         if tokio::time::Instant::now() >= deadline {
             return Err(Status::deadline_exceeded(format!(
                 "signal {:?}: value written (seq {seq}) but task {reader:?} did not acknowledge it within {} ms; \

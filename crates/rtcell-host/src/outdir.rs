@@ -97,6 +97,11 @@ impl RunDir {
         &self.path
     }
 
+    /// The directory's descriptor (e.g. to hand the directory itself, never its path, to a child).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Creates the new file `rel` (checked with [`check_relative`]) inside the directory, making its
     /// parent directories; no component may be a symbolic link, and the file must not exist yet.
     /// Returns the file's full path and the file open for writing.

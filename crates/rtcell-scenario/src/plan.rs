@@ -289,12 +289,15 @@ pub fn validate_text_from(
     for (cell, kind) in kinds {
         let Some(c) = raw.cells.get_mut(cell) else {
             let known: Vec<&str> = raw.cells.keys().map(String::as_str).collect();
+            // The override may come from a client: echoed capped (128 bytes) and escaped.
+            let (cell, kind) =
+                (rtcell_host::peer_text::peer_str(cell, 128), rtcell_host::peer_text::peer_str(kind, 128));
             return Err(Invalid {
                 file,
                 diags: vec![Diag::new(
                     None,
                     "",
-                    format!("--kind {cell}={kind}: the scenario has no cell named {cell:?}"),
+                    format!("--kind {cell}={kind}: the scenario has no cell named \"{cell}\""),
                     format!("use one of: {}", known.join(", ")),
                 )],
             });

@@ -116,6 +116,7 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
         assert_eq!((ack.seen, ack.task.as_str()), (vec![-3.0, 10.0], "side"));
         let r = c.read_signal(pb::ReadSignalRequest { name: "op.limit".into() }).await.unwrap().into_inner();
         assert_eq!((r.values, r.seq), (vec![7.25], ack2.seq));
+        cancelled_write_is_audited(&mut c).await;
 
         // Refusals, each with its status; none reaches the cell.
         let cases: Vec<(&str, Vec<pb::Value>, Code)> = vec![
@@ -200,6 +201,12 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
     });
     // Every write is in the audit log with who did it (refusals within a second, in aggregate).
     let audit = s.audit_until(|a| a.contains("\"action\":\"write\"") && a.contains("\"ok\":false"));
+    // Every value written reached the log: the first write of op.count and the cancelled one.
+    let writes_of_count = audit
+        .lines()
+        .filter(|l| l.contains("\"action\":\"write\"") && l.contains("op.count") && l.contains("\"ok\":true"))
+        .count();
+    assert!(writes_of_count >= 2, "{audit}");
     let lines: Vec<serde_json::Value> = audit.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert!(
         lines.iter().any(|l| l["action"] == "write"
@@ -208,6 +215,23 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
     );
     assert!(lines.iter().any(|l| l["action"] == "write" && l["ok"] == false));
     assert!(lines.iter().any(|l| l["action"] == "start" && l["ok"] == true));
+}
+
+/// A write whose client goes away before the acknowledgement (its deadline passed) is done, and still
+/// audited: the client's deadline is made shorter and shorter until a write is cancelled after the
+/// value reached the signal; then the audit log must show it (the write line is looked for at the end).
+async fn cancelled_write_is_audited(c: &mut rtcell_gateway::client::Client) {
+    for (i, us) in [50u64, 200, 500, 1000, 2000, 5000].into_iter().enumerate() {
+        let v = i as i64 + 1;
+        let cancelled = tokio::time::timeout(Duration::from_micros(us), write(c, "op.count", vec![i64v(v), i64v(-v)]))
+            .await
+            .is_err();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let r = c.read_signal(pb::ReadSignalRequest { name: "op.count".into() }).await.unwrap().into_inner();
+        if cancelled && r.values == vec![v as f64, -v as f64] {
+            return;
+        }
+    }
 }
 
 fn http_get(url: &str) -> String {

@@ -374,3 +374,32 @@ fn one_client_has_one_write_in_flight_and_never_holds_another_clients_writes() {
         write(&mut admin, "op.slow", vec![f64v(9.0)]).await.expect("a write of the slow signal");
     });
 }
+
+#[test]
+fn the_audit_log_is_private_and_never_written_through_a_link() {
+    use std::os::unix::fs::PermissionsExt;
+    // Created 0600: it names who did what.
+    let s = gw::serve(&[]);
+    let mode = std::fs::metadata(s.path("audit.log")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    drop(s);
+    // A link planted where the log goes is refused at start (exit 2), its target untouched.
+    let dir = gw::private_dir();
+    let precious = dir.path().join("precious");
+    std::fs::write(&precious, "mine\n").unwrap();
+    std::os::unix::fs::symlink(&precious, dir.path().join("audit.log")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rtcell"))
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("unix:{}", dir.path().join("sock/gw.sock").display()))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--audit-log")
+        .arg(dir.path().join("audit.log"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "mine\n");
+}

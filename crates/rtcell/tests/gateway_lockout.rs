@@ -368,3 +368,46 @@ fn an_authenticated_connection_with_no_request_in_flight_is_closed_after_the_idl
         reader.abort();
     });
 }
+
+#[test]
+fn viewers_together_never_take_the_places_of_higher_roles() {
+    use rtcell_gateway::conn::MAX_VIEWER_CONNECTIONS;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = gw::private_dir();
+    let tokens: Vec<String> = (0..4).map(|i| format!("viewer-{i}-0123456789abcdef0123456789")).collect();
+    let mut text = format!("admin {ADMIN_TOKEN}\n");
+    for t in &tokens {
+        text.push_str(&format!("viewer {t}\n"));
+    }
+    let file = dir.path().join("tokens");
+    std::fs::write(&file, text).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let s = gw::serve(&["--listen", "tcp://127.0.0.1:0", "--token-file", &file.display().to_string()]);
+    let addr = s.grpc("tcp://");
+    rt().block_on(async {
+        let mut held = Vec::new();
+        let mut refused = None;
+        // Four viewer identities, each within its own share, from addresses within theirs.
+        'all: for (i, t) in tokens.iter().enumerate() {
+            for j in 0..MAX_CONNECTIONS_PER_IDENTITY {
+                let from = loopback(2 + ((i * MAX_CONNECTIONS_PER_IDENTITY + j) / 8) as u8);
+                let mut c = connect_from(&tcp(&addr, Some(t), None), from).await.expect("connects");
+                match c.get_status(pb::GetStatusRequest {}).await {
+                    Ok(_) => held.push(c),
+                    Err(e) => {
+                        refused = Some(e);
+                        break 'all;
+                    }
+                }
+            }
+        }
+        assert_eq!(held.len(), MAX_VIEWER_CONNECTIONS);
+        let e = refused.expect("a viewer connection beyond the viewers' places");
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+        assert!(e.message().contains("viewer role"), "{e}");
+        // The admin still finds a place, and the refusal is counted.
+        let mut admin = admin_answered(&addr).await;
+        let text = metrics_of(&mut admin).await;
+        assert!(closed(&text, "role_full") >= 1.0, "{text}");
+    });
+}

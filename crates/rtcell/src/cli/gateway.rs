@@ -126,8 +126,10 @@ struct Daemon {
     master_cpus: Vec<usize>,
 }
 
-fn gateway(f: &GatewayFlags, d: Daemon) -> Result<Gateway, String> {
-    let audit = rtcell_gateway::security::Audit::open(f.audit_log.as_deref())?;
+/// The gateway, or the error and the exit status (a bad `--audit-log`, e.g. a link: 2).
+fn gateway(f: &GatewayFlags, d: Daemon) -> Result<Gateway, (String, i32)> {
+    let audit = rtcell_gateway::security::Audit::open(f.audit_log.as_deref())
+        .map_err(|e| (format!("error: --audit-log: {e}"), EXIT_USAGE))?;
     Gateway::new(GatewayOptions {
         runner: d.runner,
         state_dir: d.state_dir,
@@ -137,6 +139,7 @@ fn gateway(f: &GatewayFlags, d: Daemon) -> Result<Gateway, String> {
         sources: d.sources,
         master_cpus: d.master_cpus,
     })
+    .map_err(|e| (format!("error: {e}"), 1))
 }
 
 fn announce(r: &Running) {
@@ -179,7 +182,7 @@ pub fn serve_run(s: &ServeArgs, plan: &Plan, out: &Path) -> Result<Served, (Stri
     let online = rtcell_host::cpu::online_cpus().unwrap_or_default();
     let cpus: Vec<usize> = online.into_iter().filter(|c| !plan.cells.iter().any(|x| x.cpu == *c)).collect();
     let opts = options(&s.listen, &s.flags, cpus).map_err(|e| (format!("error: {e}"), EXIT_USAGE))?;
-    let g = Arc::new(gateway(&s.flags, Daemon::default()).map_err(|e| (format!("error: {e}"), 1))?);
+    let g = Arc::new(gateway(&s.flags, Daemon::default())?);
     let slot = Arc::new(RunSlot::new(run_id(&plan.name), plan.name.clone(), plan.duration, out.to_owned()));
     g.add_run(Arc::clone(&slot));
     let running = rtcell_gateway::server::start(g, &opts).map_err(|e| (format!("error: gateway: {e}"), 1))?;
@@ -319,9 +322,9 @@ pub fn serve_main(a: ServeCmd) -> i32 {
     let daemon = Daemon { runner: Some(runner), state_dir: Some(state_dir.clone()), sources, master_cpus };
     let g = match gateway(&a.flags, daemon) {
         Ok(g) => Arc::new(g),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 1;
+        Err((e, code)) => {
+            eprintln!("{e}");
+            return code;
         }
     };
     // Ctrl-C and SIGTERM (service managers send it) stop the daemon alike.

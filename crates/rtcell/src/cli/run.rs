@@ -37,7 +37,10 @@ pub fn load_plan_from(
             Some((cell, kind)) if !cell.is_empty() && !kind.is_empty() => {
                 overrides.push((cell.to_string(), kind.to_string()))
             }
-            _ => return Err((format!("error: --kind {k:?}: give CELL=KIND, e.g. --kind ctrl=process"), EXIT_USAGE)),
+            _ => {
+                let k = rtcell_host::peer_text::peer_str(k, 128);
+                return Err((format!("error: --kind \"{k}\": give CELL=KIND, e.g. --kind ctrl=process"), EXIT_USAGE));
+            }
         }
     }
     let mut plan = rtcell_scenario::load_from(file, &host, &overrides, origin).map_err(|invalid| {

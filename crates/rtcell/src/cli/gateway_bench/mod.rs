@@ -94,6 +94,9 @@ impl Drop for ChildRun {
     }
 }
 
+/// The descriptor number the scenario run finds its results directory at.
+const CHILD_OUT_FD: std::os::fd::RawFd = 3;
+
 pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
     // The run's directories are made relative to the output directory's descriptor: a link planted at
@@ -108,13 +111,33 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
     write_private(&token_file, &token)?;
     // The phases, the settling pause, plus the start and a margin at the end.
     let total = cfg.phase * PHASES.len() as u32 + SETTLE + Duration::from_secs(8);
-    let mut child = Command::new(exe)
+    // The child gets the directory itself, as its descriptor 3, and writes through `/proc/self/fd/3`:
+    // the directory opened above whatever is renamed or linked in its place meanwhile (a path handed
+    // over would be resolved again by the child, and could lead elsewhere by then).
+    let dir_fd = scenario_out.raw_fd();
+    let mut cmd = Command::new(exe);
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) on a descriptor that
+        // stays open in the parent for the child's start (`scenario_out` lives until the function ends).
+        unsafe {
+            cmd.pre_exec(move || {
+                let r = if dir_fd == CHILD_OUT_FD {
+                    libc::fcntl(dir_fd, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(dir_fd, CHILD_OUT_FD)
+                };
+                if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+            });
+        }
+    }
+    let mut child = cmd
         .arg("run")
         .arg(&cfg.scenario)
         .arg("--duration")
         .arg(format!("{}s", total.as_secs()))
         .arg("--out")
-        .arg(scenario_out.path())
+        .arg(format!("/proc/self/fd/{CHILD_OUT_FD}"))
         .arg("--serve")
         .arg("tcp://127.0.0.1:0")
         .arg("--token-file")
