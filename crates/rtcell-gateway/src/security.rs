@@ -138,6 +138,19 @@ fn open_append(p: &Path) -> Result<std::fs::File, String> {
     if !meta.file_type().is_file() {
         return Err(format!("audit log {}: not a regular file", p.display()));
     }
+    // A file someone else owns, or can write, is not ours to trust: they could edit or truncate it.
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "audit log {}: owned by uid {} with mode {:o}; it must be this user's (uid {me}) and writable by no one \
+             else: remove it, or `chmod go-w` it",
+            p.display(),
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
     Ok(f)
 }
 

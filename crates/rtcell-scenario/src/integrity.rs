@@ -123,13 +123,22 @@ pub struct RegionWatch<'a> {
     blocks: Vec<(String, String, &'a [AtomicU64], u64, u64)>,
     /// What was found, by channel or block name.
     found: Vec<String>,
+    /// Per task, the most each counter that only grows has read so far (see [`RegionWatch::counters_ok`]).
+    floors: std::collections::HashMap<String, TaskCounters>,
 }
 
 impl<'a> RegionWatch<'a> {
     /// Resolves the plan's channels and blocks in `region`, which must be the region just laid out.
     pub fn new(plan: &Plan, region: &RegionView<'a>) -> Result<RegionWatch<'a>, String> {
         let e = |name: &str, e: rtcell_shm::AttachError| format!("{name:?}: {e}");
-        let mut w = RegionWatch { rings: vec![], signals: vec![], coms: vec![], blocks: vec![], found: vec![] };
+        let mut w = RegionWatch {
+            rings: vec![],
+            signals: vec![],
+            coms: vec![],
+            blocks: vec![],
+            found: vec![],
+            floors: Default::default(),
+        };
         for ch in &plan.channels {
             w.rings.push((ch.name.clone(), region.ring(&ch.name).map_err(|x| e(&ch.name, x))?));
         }
@@ -177,9 +186,10 @@ impl<'a> RegionWatch<'a> {
         start_ns: u64,
         errors: &mut Vec<String>,
     ) -> bool {
-        if let (Some(what), Some(i)) =
-            (impossible_trip(spec, seen), self.blocks.iter().position(|(t, ..)| *t == spec.name))
-        {
+        let floor = self.floors.entry(spec.name.clone()).or_default();
+        let what = impossible_trip(spec, seen).or_else(|| went_back(floor, seen));
+        raise(floor, seen);
+        if let (Some(what), Some(i)) = (what, self.blocks.iter().position(|(t, ..)| *t == spec.name)) {
             let block = self.blocks[i].1.clone();
             let msg = format!(
                 "statistics block {block:?} was scribbled: {what} (task {:?}'s live figures were not shown from \
@@ -265,6 +275,50 @@ impl<'a> RegionWatch<'a> {
         for (name, msg) in bad {
             self.report(&name, msg, errors);
         }
+    }
+}
+
+/// What in `seen` is below what the same block read before (`floor`): a counter that only grows went
+/// back, or a trip seen before is gone. The task itself never does that; a cell that rewrites its own
+/// block (e.g. after the task's last step, to hide its overruns or its watchdog trip) does.
+fn went_back(floor: &TaskCounters, seen: &TaskCounters) -> Option<String> {
+    let grows = [
+        ("cycles", floor.cycles, seen.cycles),
+        ("overruns", floor.overruns, seen.overruns),
+        ("longest overrun run", floor.longest, seen.longest),
+        ("watchdog overruns", floor.watchdog_over, seen.watchdog_over),
+        ("corrupt-channel steps", floor.corrupt, seen.corrupt),
+        ("reference errors", floor.errors, seen.errors),
+    ];
+    if let Some((what, before, now)) = grows.iter().find(|(_, before, now)| now < before) {
+        return Some(format!("its {what} went from {before} to {now} (they only grow)"));
+    }
+    // The state and the trip cycle are two words the task writes one after the other: a read between
+    // them sees one without the other, so only a trip that vanished or a cycle that changed counts.
+    let moved = matches!((floor.trip_cycle, seen.trip_cycle), (Some(a), Some(b)) if a != b);
+    (tripped(floor) && (!tripped(seen) || moved)).then(|| {
+        format!(
+            "a watchdog trip read before (cycle {}) is gone or moved (a trip is final)",
+            floor.trip_cycle.map_or("?".into(), |k| k.to_string())
+        )
+    })
+}
+
+fn tripped(c: &TaskCounters) -> bool {
+    c.state == Some(TaskState::Tripped) || c.trip_cycle.is_some()
+}
+
+/// `floor` raised to what `seen` shows (a trip, once read, is kept).
+fn raise(floor: &mut TaskCounters, seen: &TaskCounters) {
+    floor.cycles = floor.cycles.max(seen.cycles);
+    floor.overruns = floor.overruns.max(seen.overruns);
+    floor.longest = floor.longest.max(seen.longest);
+    floor.watchdog_over = floor.watchdog_over.max(seen.watchdog_over);
+    floor.corrupt = floor.corrupt.max(seen.corrupt);
+    floor.errors = floor.errors.max(seen.errors);
+    if tripped(seen) {
+        floor.state = Some(TaskState::Tripped);
+        floor.trip_cycle = floor.trip_cycle.or(seen.trip_cycle);
     }
 }
 

@@ -388,18 +388,28 @@ fn the_audit_log_is_private_and_never_written_through_a_link() {
     let precious = dir.path().join("precious");
     std::fs::write(&precious, "mine\n").unwrap();
     std::os::unix::fs::symlink(&precious, dir.path().join("audit.log")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rtcell"))
-        .arg("serve")
-        .arg("--listen")
-        .arg(format!("unix:{}", dir.path().join("sock/gw.sock").display()))
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--audit-log")
-        .arg(dir.path().join("audit.log"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let serve = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rtcell"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("unix:{}", dir.path().join("sock/gw.sock").display()))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--audit-log")
+            .arg(dir.path().join("audit.log"))
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = serve();
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("symbolic link"), "{err}");
     assert_eq!(std::fs::read_to_string(&precious).unwrap(), "mine\n");
+    // A log file others can write (they could edit or truncate what it says) is refused too.
+    std::fs::remove_file(dir.path().join("audit.log")).unwrap();
+    std::fs::write(dir.path().join("audit.log"), "forged\n").unwrap();
+    std::fs::set_permissions(dir.path().join("audit.log"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, err) = serve();
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("writable by no one else"), "{err}");
 }

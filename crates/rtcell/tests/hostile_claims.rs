@@ -157,16 +157,44 @@ fn an_honest_kvm_payload_s_count_is_shown_as_its_claim() {
 }
 
 /// A process cell's C code that finds the run's region (as an attacker would, through /proc/self/maps)
-/// and, as `MODE` says, fills all of it with 0x8000000000000000 every 50 steps after step 200 (1), or
-/// writes a trip at cycle 10 into its task's statistics block at step 100 (2).
+/// and, as `MODE` says, fills all of it with 0x8000000000000000 every 50 steps after step 200 (1),
+/// writes a trip at cycle 10 into its task's statistics block at step 100 (2), or overruns every
+/// period from step 300 on and, once its harness has written the final block, rewrites it with no
+/// overruns and a check word computed again, from a destructor (3).
 const SCRIBBLER: &str = r#"
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include "rtcell.h"
 static volatile uint64_t *base;
 static size_t len;
 static long n;
+static volatile uint64_t *block(void) {
+    uint64_t count = base[1] >> 32;
+    for (uint64_t i = 0; i < count && i < 256; i++) {
+        volatile uint64_t *e = base + 8 + i * 8;
+        if (!strncmp((const char *)e, "task.ctrl", 32)) return base + e[5] / 8;
+    }
+    return 0;
+}
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000ull + t.tv_nsec;
+}
+/* Words of the block: 0 state (3..6 final), 2 overruns, 3 consecutive, 4 longest run, 30 check word. */
+__attribute__((destructor)) static void forge(void) {
+#if MODE == 3
+    volatile uint64_t *w = base ? block() : 0;
+    if (!w || w[0] < 3 || w[0] > 6) return;
+    w[2] = 0; w[3] = 0; w[4] = 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < 64; i++)
+        if (i != 30) h = (h ^ w[i]) * 0x00000100000001b3ull;
+    w[30] = h | 1;
+#endif
+}
 void s_init(void) {
     FILE *f = fopen("/proc/self/maps", "r");
     char l[512];
@@ -188,13 +216,15 @@ void s_step(void) {
 #if MODE == 1
     if (n > 200 && n % 50 == 0)
         for (size_t i = 0; i < len / 8; i++) base[i] = 0x8000000000000000ull;
-#else
+#elif MODE == 2
     if (n == 100) {
-        uint64_t count = base[1] >> 32;
-        for (uint64_t i = 0; i < count && i < 256; i++) {
-            volatile uint64_t *e = base + 8 + i * 8;
-            if (!strncmp((const char *)e, "task.ctrl", 32)) base[e[5] / 8 + 12] = 11;
-        }
+        volatile uint64_t *w = block();
+        if (w) w[12] = 11;
+    }
+#else
+    if (n >= 300) {
+        uint64_t t = now_ns();
+        while (now_ns() - t < 1500000) {}
     }
 #endif
 }
@@ -238,4 +268,15 @@ fn a_trip_claimed_by_a_task_without_a_watchdog_is_a_scribble() {
     let c = outcome_task(&doc, "ctrl");
     assert_eq!(c["statistics_block"], "scribbled", "{c}");
     assert!(c["trip_cycle"].is_null(), "{c}");
+}
+
+#[test]
+fn a_cell_that_rewrites_its_final_figures_is_caught_by_what_was_read_live() {
+    let _serial = serial();
+    let (code, t, doc) = scribbled_run(3);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(t.contains("statistics block \"task.ctrl\" was scribbled: its overruns went from"), "{t}");
+    let c = outcome_task(&doc, "ctrl");
+    assert_eq!(c["statistics_block"], "scribbled", "{c}");
+    assert!(c["overruns"].is_null(), "{c}");
 }
