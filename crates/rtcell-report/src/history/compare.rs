@@ -28,6 +28,9 @@ use serde::Serialize;
 use crate::doc::{Results, Series};
 use crate::table::Table;
 
+mod text;
+pub use text::labels_text;
+
 /// A median within ±5% is noise.
 pub const MEDIAN_NOISE: f64 = 0.05;
 /// A p99.9 within ±10% is noise.
@@ -427,97 +430,6 @@ fn rules(a: &RunFigures, b: &RunFigures, max_judged: bool) -> Rules {
             OUTCOME_LABELS.join(", "),
             OUTCOME_LABEL_PREFIXES.join(", ")
         ),
-    }
-}
-
-/// `key=value,key=value`.
-pub fn labels_text(labels: &BTreeMap<String, String>) -> String {
-    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
-}
-
-fn side_text(side: &str, r: &RunFigures) -> String {
-    format!(
-        "{side}: {}  started {}  host {} ({}, {})  suites {}{}",
-        r.name,
-        r.started_at,
-        r.hostname.as_deref().unwrap_or("?"),
-        r.cpu_model,
-        r.hypervisor.as_ref().map_or("bare metal".to_owned(), |h| format!("VM: {h}")),
-        r.suites.join(","),
-        if r.incomplete { "  [incomplete run]" } else { "" }
-    )
-}
-
-impl Comparison {
-    /// The comparison as text: both runs, the rules, a table of the matched series, the added and
-    /// removed series, and the summary line.
-    pub fn render_text(&self) -> String {
-        let mut out = Vec::new();
-        out.push(side_text("A", &self.a));
-        out.push(side_text("B", &self.b));
-        out.push(format!("noise: {}", self.rules.noise));
-        out.push(format!("direction: {}", self.rules.direction));
-        out.push(format!("verdict: {}", self.rules.verdict));
-        out.push(format!("matching: {}", self.rules.matching));
-        if !self.series.is_empty() {
-            let max_head = if self.max_judged { "max Δ" } else { "max Δ (shown)" };
-            let mut t = Table::new(&[
-                "suite",
-                "series",
-                "labels",
-                "unit",
-                "median A",
-                "median B",
-                "median Δ",
-                "p99.9 Δ",
-                max_head,
-                "verdict",
-            ]);
-            for s in &self.series {
-                let verdict = if s.because.is_empty() {
-                    s.verdict.as_str().to_owned()
-                } else {
-                    format!("{} ({})", s.verdict.as_str(), s.because.join(", "))
-                };
-                t.row(vec![
-                    s.suite.clone(),
-                    s.name.clone(),
-                    labels_text(&s.labels),
-                    s.unit.clone(),
-                    super::headline::fmt_value(s.median.a),
-                    super::headline::fmt_value(s.median.b),
-                    s.median.text(),
-                    s.p999.text(),
-                    s.max.text(),
-                    verdict,
-                ]);
-            }
-            for col in 6..=8 {
-                t.right_align(col);
-            }
-            out.push(t.render());
-        }
-        for (what, list) in [("added (only in B)", &self.added), ("removed (only in A)", &self.removed)] {
-            if !list.is_empty() {
-                out.push(format!("{what}:"));
-                for s in list {
-                    out.push(format!(
-                        "  {} {} {} (median {} {})",
-                        s.suite,
-                        s.name,
-                        labels_text(&s.labels),
-                        super::headline::fmt_value(s.median),
-                        s.unit
-                    ));
-                }
-            }
-        }
-        let s = &self.summary;
-        out.push(format!(
-            "summary: {} better, {} worse, {} within noise, {} changed, {} no data, {} added, {} removed",
-            s.better, s.worse, s.within_noise, s.changed, s.no_data, s.added, s.removed
-        ));
-        out.join("\n")
     }
 }
 
