@@ -49,4 +49,8 @@ fn bench_gateway_has_a_misbehaving_phase_with_its_counts() {
     assert!(suite["config"]["verdict"]["misbehaving"]["overruns"]["met"].is_boolean(), "{}", suite["config"]);
     assert!(text.contains("Verdict misbehaving:"), "{text}");
     assert!(text.contains("Misbehaving clients"), "{text}");
+    // The scenario's own results are named where the user finds them, not by the run's descriptor.
+    let own = suite["config"]["scenario_results"].as_str().unwrap();
+    assert_eq!(std::path::Path::new(own), out.join("gateway-run/scenario/results.json"), "{text}");
+    assert!(std::path::Path::new(own).is_file(), "{own}");
 }

@@ -223,7 +223,10 @@ pub fn run(cfg: &GatewayBenchConfig, out: &Path) -> Result<SuiteRun, String> {
     drop(child);
     let _ = std::fs::remove_dir_all(&state_dir);
     let scenario_doc = results?;
-    let mut run = report(cfg, &phases, &tally, &hostile, &scenario_doc.path);
+    // Where the scenario's results are as the user sees them: the child names its own view of the
+    // directory (its descriptor 3), meaningless once the run is over.
+    let scenario_results = out.join("gateway-run").join("scenario").join(rtcell_report::doc::RESULTS_FILE);
+    let mut run = report(cfg, &phases, &tally, &hostile, &scenario_results.display().to_string());
     run.incomplete = stopped;
     // Errors of the scenario itself (a task that faulted, a cell that died) fail the benchmark.
     let doc: serde_json::Value = serde_json::from_str(&scenario_doc.json).unwrap_or_default();
