@@ -79,10 +79,14 @@ fn a_hole_punched_in_a_full_dev_shm_does_not_make_the_creator_fault_forever() {
     let size = layout().size_bytes().div_ceil(PAGE) * PAGE + SPARE_PAGES * PAGE;
     let options = std::ffi::CString::new(format!("size={size},mode=1777")).unwrap();
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "a_hole_punched_in_a_full_dev_shm_does_not_make_the_creator_fault_forever", "--test-threads=1"])
-        .env(CHILD_ENV, format!("test-{}-full", std::process::id()))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    cmd.args([
+        "--exact",
+        "a_hole_punched_in_a_full_dev_shm_does_not_make_the_creator_fault_forever",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, format!("test-{}-full", std::process::id()))
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
     // SAFETY: between fork and exec only unshare and mount (system calls) on strings made before the fork.
     unsafe {
         cmd.pre_exec(move || {

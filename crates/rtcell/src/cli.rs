@@ -8,9 +8,6 @@ mod ecat;
 mod gateway;
 mod gateway_bench;
 mod history;
-mod itc;
-mod latency;
-mod membench;
 mod report;
 mod run;
 mod sdk;
@@ -186,109 +183,36 @@ struct Common {
 enum Suite {
     /// Cache-line ping-pong between two CPUs: the floor under every shared-memory channel.
     #[command(after_help = "Examples:\n  rtcell bench c2c\n  rtcell bench c2c --cpus 0,1 --samples 1000000")]
-    C2c {
-        /// The two CPUs, e.g. 0,1 (default: the first and the last online CPU).
-        #[arg(long, value_delimiter = ',')]
-        cpus: Option<Vec<usize>>,
-        /// Individually timed round trips (default 1,000,000; --quick 100,000).
-        #[arg(long)]
-        samples: Option<usize>,
-        #[command(flatten)]
-        common: Common,
-    },
+    C2c(bench::c2c::C2cArgs),
     /// Seed 000 Table I: master -> cell -> master round trip over shared memory, every byte checked.
     #[command(
         after_help = "Examples:\n  rtcell bench loopback --quick\n  rtcell bench loopback --cell thread --sizes 0,64,1024 --iterations 1000000\n  rtcell bench loopback --notify poll,futex --load memcpy --out /tmp/lb"
     )]
-    Loopback {
-        /// Payload sizes in bytes (default 0,1,8,16,32,64,128,256,512,1024; at most 65536).
-        #[arg(long, value_delimiter = ',')]
-        sizes: Option<Vec<usize>>,
-        /// Round trips per size (default 1,000,000; --quick 100,000).
-        #[arg(long)]
-        iterations: Option<usize>,
-        /// Cell kinds to measure: thread, process, kvm, or auto (thread, process, and kvm when /dev/kvm is
-        /// usable).
-        #[arg(long, value_delimiter = ',', default_value = "auto")]
-        cell: Vec<String>,
-        /// How the idle side waits: poll (busy-poll shared memory) or futex (sleep until woken).
-        #[arg(long, value_delimiter = ',', default_value = "poll")]
-        notify: Vec<String>,
-        #[arg(long, default_value = "none", help = rtcell_loads::LOAD_HELP)]
-        load: String,
-        /// The cell CPU (default: the last online CPU).
-        #[arg(long)]
-        cpu: Option<usize>,
-        /// The master loop's CPU (default: the first online CPU that is not the cell's).
-        #[arg(long)]
-        master_cpu: Option<usize>,
-        /// Skip the pipe baseline.
-        #[arg(long)]
-        no_baseline: bool,
-        #[command(flatten)]
-        common: Common,
-    },
+    Loopback(bench::loopback::LoopbackArgs),
     /// Seed 000 Fig. 3/4: the 41-state controller stepped locally and offloaded to cells, every output
     /// checked against the reference data; execution time in the cell and round trip.
     #[command(
         after_help = "Examples:\n  rtcell bench control --quick\n  rtcell bench control --precision f64 --cell thread,kvm --iterations 2000000\n  rtcell bench control --load memcpy --out /tmp/ctl"
     )]
-    Control {
-        /// Controller steps per precision and cell kind: the 2,000 reference inputs looped (default
-        /// 2,000,000; --quick 100,000).
-        #[arg(long)]
-        iterations: Option<usize>,
-        /// Arithmetic of the controller: f64, f32, q31.
-        #[arg(long, value_delimiter = ',', default_value = "f64,f32,q31")]
-        precision: Vec<String>,
-        /// Cell kinds to offload to: thread, process, kvm, or auto (thread, process, and kvm when /dev/kvm
-        /// is usable). The master's own local step is always measured too.
-        #[arg(long, value_delimiter = ',', default_value = "auto")]
-        cell: Vec<String>,
-        #[arg(long, default_value = "none", help = rtcell_loads::LOAD_HELP)]
-        load: String,
-        /// The cell CPU (default: the last online CPU).
-        #[arg(long)]
-        cpu: Option<usize>,
-        /// The master loop's CPU (default: the first online CPU that is not the cell's).
-        #[arg(long)]
-        master_cpu: Option<usize>,
-        #[command(flatten)]
-        common: Common,
-    },
+    Control(bench::control::ControlArgs),
     /// Seed 004 Fig. 5: read latency against working-set size (1 KiB .. 96 MiB), sequential and random,
     /// on the cell CPU without and with memcpy interferers; plateaus named after the caches.
-    #[command(after_help = membench::AFTER_HELP)]
-    Membench(membench::MembenchArgs),
+    #[command(after_help = bench::membench::AFTER_HELP)]
+    Membench(bench::membench::MembenchArgs),
     /// Activation latency on the cell CPU: clock_nanosleep (the cyclictest method), a cell busy-polling
     /// the TSC, a kvm cell; optionally side by side with cyclictest.
-    #[command(after_help = latency::AFTER_HELP)]
-    Latency(latency::LatencyArgs),
+    #[command(after_help = bench::latency::AFTER_HELP)]
+    Latency(bench::latency::LatencyArgs),
     /// Seed 002's inter-task communication: round trip between two SCHED_FIFO threads (95/90) over
     /// pipe, FIFO, message queue, semaphore, PI mutex, condvar, futex, eventfd, UNIX sockets and rtcell rings.
-    #[command(after_help = itc::AFTER_HELP)]
-    Itc(itc::ItcArgs),
+    #[command(after_help = bench::itc::AFTER_HELP)]
+    Itc(bench::itc::ItcArgs),
     /// C against Rust in one run: the example C controller's step (examples/c-controller) against the Rust
     /// f64 step on the cell CPU, and a COM signal round trip through the C API against the Rust API.
     #[command(
         after_help = "Examples:\n  rtcell bench capi --quick\n  rtcell bench capi --steps 2000000 --round-trips 1000000 --cpu 1"
     )]
-    Capi {
-        /// Controller steps timed per implementation (default 1,000,000; --quick 100,000).
-        #[arg(long)]
-        steps: Option<usize>,
-        /// Signal round trips timed per API (default 400,000; --quick 40,000).
-        #[arg(long)]
-        round_trips: Option<usize>,
-        /// The cell CPU (default: the last online CPU).
-        #[arg(long)]
-        cpu: Option<usize>,
-        /// The master's CPU (default: the first online CPU that is not the cell's).
-        #[arg(long)]
-        master_cpu: Option<usize>,
-        #[command(flatten)]
-        common: Common,
-    },
+    Capi(bench::capi::CapiArgs),
     /// Seeds 003 and 004: an EtherCAT master (ethercrab) on a simulated segment over a veth pair: its
     /// process-data round trip against a raw-socket ping-pong on the same path, the master task's
     /// activation jitter and cycle at each rate with frames sent, received and lost, and the highest
@@ -296,38 +220,7 @@ enum Suite {
     #[command(
         after_help = "Examples:\n  rtcell bench ethercat\n  rtcell bench ethercat --quick\n  rtcell bench ethercat --rates 20000 --duration 60s --devices 4\n  rtcell bench ethercat --master-busy-poll --sim-sleeps\n  rtcell bench ethercat --load memcpy"
     )]
-    Ethercat {
-        /// Simulated SubDevices on the segment.
-        #[arg(long, default_value_t = 3)]
-        devices: u16,
-        /// Round trips timed for the floor and for the master (default 10,000; --quick 1,000).
-        #[arg(long)]
-        samples: Option<usize>,
-        /// Cycle rates of the master task, Hz.
-        #[arg(long, value_delimiter = ',', default_value = "1000,20000")]
-        rates: Vec<u32>,
-        /// How long the master task runs at each rate (default 10s; --quick 2s).
-        #[arg(long)]
-        duration: Option<String>,
-        /// The master's CPU (default: the last online CPU).
-        #[arg(long)]
-        cpu: Option<usize>,
-        /// The simulator's CPU (default: the first online CPU that is not the master's).
-        #[arg(long)]
-        master_cpu: Option<usize>,
-        /// Let the simulator sleep on its socket instead of busy-polling it (then its own wake-up adds
-        /// to every round trip).
-        #[arg(long)]
-        sim_sleeps: bool,
-        /// Let the master task busy-poll for each reply instead of sleeping until it arrives (the
-        /// round trips are timed both ways regardless).
-        #[arg(long)]
-        master_busy_poll: bool,
-        #[arg(long, default_value = "none", help = rtcell_loads::LOAD_HELP)]
-        load: String,
-        #[command(flatten)]
-        common: Common,
-    },
+    Ethercat(bench::ethercat::EthercatArgs),
     /// Does the gateway disturb the real-time side? A scenario (default examples/offload.toml) runs
     /// with its gateway (TCP loopback, a bearer token) through five phases: idle, loaded (statistics
     /// reads, signal writes, Prometheus scrapes), idle, misbehaving (idle sockets up to the connection
@@ -338,28 +231,7 @@ enum Suite {
     #[command(
         after_help = "Examples:\n  rtcell bench gateway\n  rtcell bench gateway --quick\n  rtcell bench gateway --phase 5m --reads 2000"
     )]
-    Gateway {
-        /// The scenario (it must have the task and the writable signal below).
-        #[arg(long, default_value = "examples/offload.toml")]
-        scenario: PathBuf,
-        /// The task whose activation latency and overruns are judged.
-        #[arg(long, default_value = "master")]
-        task: String,
-        /// The writable signal written during the load.
-        #[arg(long, default_value = "master.trim")]
-        signal: String,
-        /// Length of each phase (default 60s; --quick 5s).
-        #[arg(long)]
-        phase: Option<String>,
-        /// Statistics reads per second during the load.
-        #[arg(long, default_value_t = 1000)]
-        reads: u32,
-        /// Signal writes per second during the load.
-        #[arg(long, default_value_t = 100)]
-        writes: u32,
-        #[command(flatten)]
-        common: Common,
-    },
+    Gateway(bench::gateway::GatewayArgs),
 }
 
 /// A usage error: printed, exit status 2.

@@ -6,7 +6,7 @@ use std::time::Instant;
 use rtcell_bench::SuiteRun;
 use rtcell_bench::c2c::C2cConfig;
 use rtcell_bench::control::{self as control_suite, ControlConfig};
-use rtcell_bench::loopback::{self, LoopbackConfig, Notify};
+use rtcell_bench::loopback::{self as loopback_suite, LoopbackConfig, Notify};
 use rtcell_cells::CellKind;
 use rtcell_control::offload::Precision;
 use rtcell_host::facts::{HostFacts, StealSampler};
@@ -15,6 +15,16 @@ use rtcell_loads::Load;
 use rtcell_report::Results;
 
 use super::*;
+
+pub(super) mod c2c;
+pub(super) mod capi;
+pub(super) mod control;
+pub(super) mod ethercat;
+pub(super) mod gateway;
+pub(super) mod itc;
+pub(super) mod latency;
+pub(super) mod loopback;
+pub(super) mod membench;
 
 pub(super) fn main(suite: Option<Suite>, all: all::AllArgs) -> Result<i32, Usage> {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -33,196 +43,17 @@ pub(super) fn main(suite: Option<Suite>, all: all::AllArgs) -> Result<i32, Usage
 
 /// Checks one suite's options and turns them into its plan (nothing starts).
 pub(super) fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static str, Common, Plan), Usage> {
-    Ok(match suite {
-        Suite::C2c { cpus, samples, common } => {
-            let (a, b) = match cpus.as_deref() {
-                Some([a, b]) => {
-                    let online = online();
-                    (check_cpu(*a, "first (--cpus)", &online)?, check_cpu(*b, "second (--cpus)", &online)?)
-                }
-                Some(other) => {
-                    return usage(format!("--cpus takes exactly two CPUs, e.g. 0,1 (got {} values)", other.len()));
-                }
-                None => pick_cpus(None, None)?,
-            };
-            if a == b {
-                return usage(format!("--cpus {a},{b}: give two different CPUs"));
-            }
-            let samples = samples.unwrap_or(if common.quick { 100_000 } else { 1_000_000 });
-            if samples == 0 {
-                return usage("--samples 0: give at least 1");
-            }
-            let cfg = C2cConfig {
-                cpu_a: a,
-                cpu_b: b,
-                samples,
-                batches: if common.quick { 100 } else { 1000 },
-                batch: 1000,
-                priority: Some(80),
-            };
-            ("c2c", common, Plan::C2c(cfg))
-        }
-        Suite::Loopback { sizes, iterations, cell, notify, load, cpu, master_cpu, no_baseline, common } => {
-            let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
-            let sizes = sizes.unwrap_or_else(|| loopback::DEFAULT_SIZES.to_vec());
-            if sizes.is_empty() {
-                return usage("--sizes is empty: give at least one payload size");
-            }
-            if let Some(&s) = sizes.iter().find(|&&s| s > loopback::MAX_PAYLOAD) {
-                return usage(format!(
-                    "--sizes: {s} bytes is above the maximum frame of {} bytes; use sizes up to {}",
-                    loopback::MAX_PAYLOAD,
-                    loopback::MAX_PAYLOAD
-                ));
-            }
-            let iterations = iterations.unwrap_or(if common.quick { 100_000 } else { 1_000_000 });
-            if iterations == 0 {
-                return usage("--iterations 0: give at least 1 round trip per size");
-            }
-            let cells = parse_cells(&cell, pre_warnings)?;
-            let mut notifies = Vec::new();
-            for n in &notify {
-                let k: Notify = n.parse().map_err(|e| Usage(format!("--notify: {e}")))?;
-                if !notifies.contains(&k) {
-                    notifies.push(k);
-                }
-            }
-            let load: Load = load.parse().map_err(|e| Usage(format!("--load: {e}")))?;
-            let cfg = LoopbackConfig {
-                master_cpu: master,
-                cell_cpu,
-                sizes,
-                iterations,
-                cells,
-                notify: notifies,
-                load,
-                pipe_baseline: !no_baseline,
-                c2c_floor: true,
-                master_priority: Some(80),
-                cell_priority: Some(90),
-                seed: 0x5eed_0000_0000_0001,
-            };
-            ("loopback", common, Plan::Loopback(cfg))
-        }
-        Suite::Capi { steps, round_trips, cpu, master_cpu, common } => {
-            let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
-            let steps = steps.unwrap_or(if common.quick { 100_000 } else { 1_000_000 });
-            let round_trips = round_trips.unwrap_or(if common.quick { 40_000 } else { 400_000 });
-            if steps == 0 || round_trips < 8 {
-                return usage("--steps must be at least 1 and --round-trips at least 8");
-            }
-            let cfg =
-                rtcell_bench::capi::CapiConfig { master_cpu: master, cell_cpu, steps, round_trips, priority: Some(80) };
-            ("capi", common, Plan::Capi(cfg))
-        }
-        Suite::Ethercat {
-            devices,
-            samples,
-            rates,
-            duration,
-            cpu,
-            master_cpu,
-            sim_sleeps,
-            master_busy_poll,
-            load,
-            common,
-        } => {
-            let (sim_cpu, cell_cpu) = pick_cpus(master_cpu, cpu)?;
-            let samples = samples.unwrap_or(if common.quick { 1_000 } else { 10_000 });
-            let duration = match duration {
-                Some(d) => rtcell_scenario::parse_duration(&d).map_err(|e| Usage(format!("--duration {e}")))?,
-                None if common.quick => std::time::Duration::from_secs(2),
-                None => std::time::Duration::from_secs(10),
-            };
-            if !(1..=rtcell_ecat::master::MAX_DEVICES as u16).contains(&devices) {
-                return usage(format!("--devices must be 1 to {}", rtcell_ecat::master::MAX_DEVICES));
-            }
-            if samples == 0 || rates.is_empty() || rates.iter().any(|r| !(1..=100_000).contains(r)) {
-                return usage("--samples must be at least 1 and every --rates value 1 to 100000 Hz");
-            }
-            // SAFETY: getuid only reads the process's user id.
-            if unsafe { libc::getuid() } != 0 {
-                return usage("bench ethercat creates a veth pair and opens raw sockets: run it as root");
-            }
-            let cfg = rtcell_bench::ethercat::EthercatConfig {
-                devices,
-                samples,
-                rates,
-                duration,
-                max_rate_for: std::time::Duration::from_secs(if common.quick { 1 } else { 3 }),
-                cell_cpu,
-                master_cpu: sim_cpu,
-                priority: 80,
-                frame_timeout: std::time::Duration::from_millis(10),
-                sim_busy_poll: !sim_sleeps,
-                master_busy_poll,
-                load: load.parse().map_err(|e| Usage(format!("--load: {e}")))?,
-            };
-            ("ethercat", common, Plan::Ethercat(cfg))
-        }
-        Suite::Gateway { scenario, task, signal, phase, reads, writes, common } => {
-            let phase = match phase {
-                Some(p) => rtcell_scenario::parse_duration(&p).map_err(|e| Usage(format!("--phase {e}")))?,
-                None if common.quick => std::time::Duration::from_secs(5),
-                None => std::time::Duration::from_secs(60),
-            };
-            if phase < std::time::Duration::from_secs(1) {
-                return usage("--phase must be at least 1s");
-            }
-            if !(1..=20_000).contains(&reads) || !(1..=1_000).contains(&writes) {
-                return usage("--reads must be 1 to 20000 per second and --writes 1 to 1000");
-            }
-            if let Err((m, _)) = run::load_plan(&scenario, None, &[]) {
-                return usage(format!("--scenario {}:\n{m}", scenario.display()));
-            }
-            let cfg = gateway_bench::GatewayBenchConfig {
-                scenario,
-                task,
-                signal,
-                phase,
-                reads_per_s: reads,
-                writes_per_s: writes,
-                scrape_every: std::time::Duration::from_secs(1),
-                history: common.history.path.clone(),
-                hostile: Default::default(),
-            };
-            ("gateway", common, Plan::Gateway(cfg))
-        }
-        Suite::Control { iterations, precision, cell, load, cpu, master_cpu, common } => {
-            let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
-            let iterations = iterations.unwrap_or(if common.quick {
-                control_suite::QUICK_ITERATIONS
-            } else {
-                control_suite::DEFAULT_ITERATIONS
-            });
-            if iterations == 0 {
-                return usage("--iterations 0: give at least 1 controller step");
-            }
-            let mut precisions = Vec::new();
-            for p in &precision {
-                let p: Precision = p.parse().map_err(|e| Usage(format!("--precision {p:?}: {e}")))?;
-                if !precisions.contains(&p) {
-                    precisions.push(p);
-                }
-            }
-            let cells = parse_cells(&cell, pre_warnings)?;
-            let load: Load = load.parse().map_err(|e| Usage(format!("--load: {e}")))?;
-            let cfg = ControlConfig {
-                master_cpu: master,
-                cell_cpu,
-                iterations,
-                precisions,
-                cells,
-                load,
-                master_priority: Some(80),
-                cell_priority: Some(90),
-            };
-            ("control", common, Plan::Control(cfg))
-        }
-        Suite::Membench(args) => membench::plan(args)?,
-        Suite::Latency(args) => latency::plan(args)?,
-        Suite::Itc(args) => itc::plan(args)?,
-    })
+    match suite {
+        Suite::C2c(a) => c2c::plan(a),
+        Suite::Loopback(a) => loopback::plan(a, pre_warnings),
+        Suite::Capi(a) => capi::plan(a),
+        Suite::Ethercat(a) => ethercat::plan(a),
+        Suite::Gateway(a) => gateway::plan(a),
+        Suite::Control(a) => control::plan(a, pre_warnings),
+        Suite::Membench(args) => membench::plan(args),
+        Suite::Latency(args) => latency::plan(args),
+        Suite::Itc(args) => itc::plan(args),
+    }
 }
 
 /// Runs `plans` one after the other into one results document in `out` (which must not hold one yet),
@@ -283,7 +114,7 @@ pub(super) fn execute(
         }
         let run = match plan {
             Plan::C2c(cfg) => rtcell_bench::c2c::run(&tsc, &cfg),
-            Plan::Loopback(cfg) => loopback::run(&tsc, &cfg),
+            Plan::Loopback(cfg) => loopback_suite::run(&tsc, &cfg),
             Plan::Control(cfg) => control_suite::run(&tsc, &cfg),
             Plan::Membench(cfg) => rtcell_bench::membench::run(&tsc, &cfg),
             Plan::Latency(cfg) => rtcell_bench::latency::run(&tsc, &cfg),
