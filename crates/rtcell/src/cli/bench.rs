@@ -41,6 +41,25 @@ pub(super) fn main(suite: Option<Suite>, all: all::AllArgs) -> Result<i32, Usage
     }
 }
 
+// The cell CPU and the master's CPU of a suite with a master loop and a cell (a plain comment: a doc
+// comment here would become the help text of the commands that flatten it).
+#[derive(clap::Args, Clone)]
+pub(super) struct CellCpus {
+    /// The cell CPU (default: the last online CPU).
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// The master loop's CPU (default: the first online CPU that is not the cell's).
+    #[arg(long)]
+    master_cpu: Option<usize>,
+}
+
+impl CellCpus {
+    /// (master CPU, cell CPU), checked.
+    fn pick(&self) -> Result<(usize, usize), Usage> {
+        pick_cpus(self.master_cpu, self.cpu)
+    }
+}
+
 /// Checks one suite's options and turns them into its plan (nothing starts).
 pub(super) fn plan_suite(suite: Suite, pre_warnings: &mut Vec<String>) -> Result<(&'static str, Common, Plan), Usage> {
     match suite {

@@ -12,20 +12,16 @@ pub struct CapiArgs {
     /// Signal round trips timed per API (default 400,000; --quick 40,000).
     #[arg(long)]
     round_trips: Option<usize>,
-    /// The cell CPU (default: the last online CPU).
-    #[arg(long)]
-    cpu: Option<usize>,
-    /// The master's CPU (default: the first online CPU that is not the cell's).
-    #[arg(long)]
-    master_cpu: Option<usize>,
+    #[command(flatten)]
+    cpus: CellCpus,
     #[command(flatten)]
     common: Common,
 }
 
 /// The suite's name, common options and plan, or what is wrong with the options.
 pub fn plan(args: CapiArgs) -> Result<(&'static str, Common, Plan), Usage> {
-    let CapiArgs { steps, round_trips, cpu, master_cpu, common } = args;
-    let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
+    let CapiArgs { steps, round_trips, cpus, common } = args;
+    let (master, cell_cpu) = cpus.pick()?;
     let steps = steps.unwrap_or(if common.quick { 100_000 } else { 1_000_000 });
     let round_trips = round_trips.unwrap_or(if common.quick { 40_000 } else { 400_000 });
     if steps == 0 || round_trips < 8 {

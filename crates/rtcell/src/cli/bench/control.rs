@@ -19,20 +19,16 @@ pub struct ControlArgs {
     cell: Vec<String>,
     #[arg(long, default_value = "none", help = rtcell_loads::LOAD_HELP)]
     load: String,
-    /// The cell CPU (default: the last online CPU).
-    #[arg(long)]
-    cpu: Option<usize>,
-    /// The master loop's CPU (default: the first online CPU that is not the cell's).
-    #[arg(long)]
-    master_cpu: Option<usize>,
+    #[command(flatten)]
+    cpus: CellCpus,
     #[command(flatten)]
     common: Common,
 }
 
 /// The suite's name, common options and plan, or what is wrong with the options.
 pub fn plan(args: ControlArgs, pre_warnings: &mut Vec<String>) -> Result<(&'static str, Common, Plan), Usage> {
-    let ControlArgs { iterations, precision, cell, load, cpu, master_cpu, common } = args;
-    let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
+    let ControlArgs { iterations, precision, cell, load, cpus, common } = args;
+    let (master, cell_cpu) = cpus.pick()?;
     let iterations = iterations.unwrap_or(if common.quick {
         control_suite::QUICK_ITERATIONS
     } else {

@@ -21,12 +21,8 @@ pub struct LoopbackArgs {
     notify: Vec<String>,
     #[arg(long, default_value = "none", help = rtcell_loads::LOAD_HELP)]
     load: String,
-    /// The cell CPU (default: the last online CPU).
-    #[arg(long)]
-    cpu: Option<usize>,
-    /// The master loop's CPU (default: the first online CPU that is not the cell's).
-    #[arg(long)]
-    master_cpu: Option<usize>,
+    #[command(flatten)]
+    cpus: CellCpus,
     /// Skip the pipe baseline.
     #[arg(long)]
     no_baseline: bool,
@@ -36,8 +32,8 @@ pub struct LoopbackArgs {
 
 /// The suite's name, common options and plan, or what is wrong with the options.
 pub fn plan(args: LoopbackArgs, pre_warnings: &mut Vec<String>) -> Result<(&'static str, Common, Plan), Usage> {
-    let LoopbackArgs { sizes, iterations, cell, notify, load, cpu, master_cpu, no_baseline, common } = args;
-    let (master, cell_cpu) = pick_cpus(master_cpu, cpu)?;
+    let LoopbackArgs { sizes, iterations, cell, notify, load, cpus, no_baseline, common } = args;
+    let (master, cell_cpu) = cpus.pick()?;
     let sizes = sizes.unwrap_or_else(|| loopback_suite::DEFAULT_SIZES.to_vec());
     if sizes.is_empty() {
         return usage("--sizes is empty: give at least one payload size");
