@@ -143,78 +143,13 @@ pub(super) fn build(
     }
 
     // Side by side with cyclictest.
-    let mut comparison = serde_json::Map::new();
-    if let Some(c) = ct_stats {
-        text.push_str(&format!(
-            "\nrtcell vs cyclictest on CPU {}, same period, priority and load, alternating rounds \
-             (us; ratio = rtcell / cyclictest, below 1: rtcell starts closer to the release)\n",
-            cfg.cpu
-        ));
-        let mut t = Table::new(&["rtcell mode", "figure", "rtcell us", "cyclictest us", "ratio"]);
-        for (mode, st) in &rtcell_stats {
-            let mut figs = serde_json::Map::new();
-            for (name, a, b) in [
-                ("median", st.median, c.median),
-                ("p99", st.p99, c.p99),
-                ("p99.9", st.p999, c.p999),
-                ("max", st.max, c.max),
-            ] {
-                t.row(vec![mode.describe(), name.into(), fmt_us(a * 1e3), fmt_us(b * 1e3), ratio(a, b)]);
-                figs.insert(name.into(), serde_json::json!(if b > 0.0 { Some(a / b) } else { None }));
-            }
-            comparison.insert(mode.column(), serde_json::Value::Object(figs));
-        }
-        text.push_str(&t.render());
-        text.push('\n');
-        for (mode, st) in rtcell_stats.iter().filter(|(m, _)| *m != Mode::Nanosleep) {
-            text.push_str(&format!(
-                "{} p99.9 / cyclictest p99.9: {} x ({} us / {} us; goal <= 0.25)\n",
-                mode.describe(),
-                ratio(st.p999, c.p999),
-                fmt_us(st.p999 * 1e3),
-                fmt_us(c.p999 * 1e3)
-            ));
-        }
-    }
+    let comparison = match ct_stats {
+        Some(c) => vs_cyclictest(cfg, &rtcell_stats, &c, &mut text),
+        None => serde_json::Map::new(),
+    };
 
-    // Throttling: what the poll cells did about it, and what still got through.
     if let Some(th) = ctx.throttle.filter(Throttle::active) {
-        let polling = runs.iter().any(|r| r.mode != Mode::Nanosleep);
-        if polling {
-            if ctx.sleep_ns > 0 {
-                text.push_str(&format!(
-                    "Real-time throttling is on (sched_rt_runtime_us {} of {} us): the poll and kvm cells sleep {:.0} us \
-                     after each activation when at least twice that remains, and busy-poll the rest of the period up to the release.\n",
-                    th.runtime_us,
-                    th.period_us,
-                    ctx.sleep_ns as f64 / 1e3
-                ));
-            } else {
-                text.push_str(&format!(
-                    "Real-time throttling is on (sched_rt_runtime_us {} of {} us) and a {} us period is too short to sleep in: \
-                     the poll and kvm cells busy-poll without a break and are stopped {} ms every {} ms.\n",
-                    th.runtime_us,
-                    th.period_us,
-                    cfg.period_us,
-                    th.gap_us() / 1000,
-                    th.period_us / 1000
-                ));
-            }
-        }
-        let threshold = gap_threshold_ns(&th);
-        for r in runs {
-            let gaps = r.late_ns.iter().filter(|&&ns| ns >= threshold).count();
-            if gaps > 0 {
-                warnings.push(format!(
-                    "{}: {gaps} activations were {} ms or more late, the size of the real-time throttling stop \
-                     (sched_rt_runtime_us {} of {} us; `rtcell check` explains it; fix: echo -1 > /proc/sys/kernel/sched_rt_runtime_us)",
-                    r.mode.describe(),
-                    threshold / 1_000_000,
-                    th.runtime_us,
-                    th.period_us
-                ));
-            }
-        }
+        throttling(ctx, &th, runs, &mut text, &mut warnings);
     }
     if cfg.load != Load::None {
         text.push_str(&format!(
@@ -226,6 +161,128 @@ pub(super) fn build(
     }
 
     // The distributions in cyclictest's layouts.
+    text.push_str(&write_layouts(ctx, &columns, &load_where, ct)?);
+
+    let config = serde_json::json!({
+        "cpu": cfg.cpu,
+        "modes": cfg.modes.iter().map(|m| m.column()).collect::<Vec<_>>(),
+        "period_us": cfg.period_us,
+        "duration_s": cfg.duration.as_secs_f64(),
+        "rounds": rounds,
+        "priority": cfg.priority,
+        "load": cfg.load.as_str(),
+        "load_cpus": cfg.load_cpus,
+        "load_bytes_per_s": ctx.load_bps,
+        "dma_latency_held": ctx.dma_held,
+        "rt_throttle": ctx.throttle.map(|t| serde_json::json!({"runtime_us": t.runtime_us, "period_us": t.period_us})),
+        "poll_sleep_us": ctx.sleep_ns as f64 / 1e3,
+        "hist_buckets_us": cfg.hist_buckets(),
+        "files": { "histogram": "latency.hist", "json": "latency.json" },
+        "vs": ct.map(|(_, rounds, version)| serde_json::json!({
+            "tool": "cyclictest",
+            "version": version,
+            "commands": rounds.iter().map(|r| r.cmdline.clone()).collect::<Vec<_>>(),
+            "files": rounds.iter().flat_map(|r| [r.hist_file.display().to_string(), r.json_file.display().to_string()]).collect::<Vec<_>>(),
+        })),
+        "comparison": comparison,
+    });
+    let mut suite = Suite::new("latency", config);
+    suite.series = series;
+    Ok(SuiteRun { suite, text, warnings, incomplete: false, errors: 0, failure: None })
+}
+
+/// rtcell's modes beside cyclictest (`c`): the table into `text`, the ratios for the results.
+fn vs_cyclictest(
+    cfg: &LatencyConfig,
+    rtcell_stats: &[(Mode, Stats)],
+    c: &Stats,
+    text: &mut String,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut comparison = serde_json::Map::new();
+    text.push_str(&format!(
+        "\nrtcell vs cyclictest on CPU {}, same period, priority and load, alternating rounds \
+         (us; ratio = rtcell / cyclictest, below 1: rtcell starts closer to the release)\n",
+        cfg.cpu
+    ));
+    let mut t = Table::new(&["rtcell mode", "figure", "rtcell us", "cyclictest us", "ratio"]);
+    for (mode, st) in rtcell_stats {
+        let mut figs = serde_json::Map::new();
+        for (name, a, b) in [
+            ("median", st.median, c.median),
+            ("p99", st.p99, c.p99),
+            ("p99.9", st.p999, c.p999),
+            ("max", st.max, c.max),
+        ] {
+            t.row(vec![mode.describe(), name.into(), fmt_us(a * 1e3), fmt_us(b * 1e3), ratio(a, b)]);
+            figs.insert(name.into(), serde_json::json!(if b > 0.0 { Some(a / b) } else { None }));
+        }
+        comparison.insert(mode.column(), serde_json::Value::Object(figs));
+    }
+    text.push_str(&t.render());
+    text.push('\n');
+    for (mode, st) in rtcell_stats.iter().filter(|(m, _)| *m != Mode::Nanosleep) {
+        text.push_str(&format!(
+            "{} p99.9 / cyclictest p99.9: {} x ({} us / {} us; goal <= 0.25)\n",
+            mode.describe(),
+            ratio(st.p999, c.p999),
+            fmt_us(st.p999 * 1e3),
+            fmt_us(c.p999 * 1e3)
+        ));
+    }
+    comparison
+}
+
+/// Real-time throttling: what the poll cells did about it (into `text`), and what still got through.
+fn throttling(ctx: &Context<'_>, th: &Throttle, runs: &[ModeRun], text: &mut String, warnings: &mut Vec<String>) {
+    let cfg = ctx.cfg;
+    let polling = runs.iter().any(|r| r.mode != Mode::Nanosleep);
+    if polling {
+        if ctx.sleep_ns > 0 {
+            text.push_str(&format!(
+                "Real-time throttling is on (sched_rt_runtime_us {} of {} us): the poll and kvm cells sleep {:.0} us \
+                 after each activation when at least twice that remains, and busy-poll the rest of the period up to the release.\n",
+                th.runtime_us,
+                th.period_us,
+                ctx.sleep_ns as f64 / 1e3
+            ));
+        } else {
+            text.push_str(&format!(
+                "Real-time throttling is on (sched_rt_runtime_us {} of {} us) and a {} us period is too short to sleep in: \
+                 the poll and kvm cells busy-poll without a break and are stopped {} ms every {} ms.\n",
+                th.runtime_us,
+                th.period_us,
+                cfg.period_us,
+                th.gap_us() / 1000,
+                th.period_us / 1000
+            ));
+        }
+    }
+    let threshold = gap_threshold_ns(th);
+    for r in runs {
+        let gaps = r.late_ns.iter().filter(|&&ns| ns >= threshold).count();
+        if gaps > 0 {
+            warnings.push(format!(
+                "{}: {gaps} activations were {} ms or more late, the size of the real-time throttling stop \
+                 (sched_rt_runtime_us {} of {} us; `rtcell check` explains it; fix: echo -1 > /proc/sys/kernel/sched_rt_runtime_us)",
+                r.mode.describe(),
+                threshold / 1_000_000,
+                th.runtime_us,
+                th.period_us
+            ));
+        }
+    }
+}
+
+/// Writes latency.hist and latency.json (cyclictest's layouts) into the run directory; the lines that
+/// name them.
+fn write_layouts(
+    ctx: &Context<'_>,
+    columns: &[histfile::HistColumn],
+    load_where: &str,
+    ct: Option<CyclictestPart<'_>>,
+) -> Result<String, BenchError> {
+    let cfg = ctx.cfg;
+    let mut text = String::new();
     let names: Vec<String> = columns.iter().map(|c| c.label.clone()).collect();
     let header = vec![
         format!(
@@ -262,31 +319,5 @@ pub(super) fn build(
             ));
         }
     }
-
-    let config = serde_json::json!({
-        "cpu": cfg.cpu,
-        "modes": cfg.modes.iter().map(|m| m.column()).collect::<Vec<_>>(),
-        "period_us": cfg.period_us,
-        "duration_s": cfg.duration.as_secs_f64(),
-        "rounds": rounds,
-        "priority": cfg.priority,
-        "load": cfg.load.as_str(),
-        "load_cpus": cfg.load_cpus,
-        "load_bytes_per_s": ctx.load_bps,
-        "dma_latency_held": ctx.dma_held,
-        "rt_throttle": ctx.throttle.map(|t| serde_json::json!({"runtime_us": t.runtime_us, "period_us": t.period_us})),
-        "poll_sleep_us": ctx.sleep_ns as f64 / 1e3,
-        "hist_buckets_us": cfg.hist_buckets(),
-        "files": { "histogram": "latency.hist", "json": "latency.json" },
-        "vs": ct.map(|(_, rounds, version)| serde_json::json!({
-            "tool": "cyclictest",
-            "version": version,
-            "commands": rounds.iter().map(|r| r.cmdline.clone()).collect::<Vec<_>>(),
-            "files": rounds.iter().flat_map(|r| [r.hist_file.display().to_string(), r.json_file.display().to_string()]).collect::<Vec<_>>(),
-        })),
-        "comparison": comparison,
-    });
-    let mut suite = Suite::new("latency", config);
-    suite.series = series;
-    Ok(SuiteRun { suite, text, warnings, incomplete: false, errors: 0, failure: None })
+    Ok(text)
 }
