@@ -18,7 +18,7 @@ pub(super) fn build(
     let mut total_errors = 0;
     let mut aborted = Vec::new();
     // (placement, trigger, mechanism, size) -> the cell's series.
-    let mut by_cell: BTreeMap<(&str, &str, Mechanism, usize), usize> = BTreeMap::new();
+    let mut by_cell: ByCell = BTreeMap::new();
     for c in cells {
         let errors = c.m.mismatches + u64::from(c.m.aborted.is_some());
         total_errors += errors;
@@ -68,62 +68,9 @@ pub(super) fn build(
     );
     for &placement in &cfg.placements {
         for &trigger in &cfg.triggers {
-            text.push_str(&format!(
-                "\nITC round trip (request -> reply, timed by the requester with the TSC), median in us by payload size: {}, {}\n  {}; {}; load {}; {host_text}\n",
-                placement.as_str(),
-                trigger.as_str(),
-                placement_text(cfg, placement),
-                trigger_text(cfg, trigger),
-                cfg.load.as_str()
-            ));
-            let mut headers = vec!["mechanism".to_string(), "data".to_string()];
-            headers.extend(cfg.sizes.iter().map(|s| format!("{s} B")));
-            headers.extend(["p99.9 (worst size)".into(), "max (worst size)".into(), "errors".into()]);
-            let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
-            // Figures line up even in columns that hold "n/a".
-            for col in 2..headers.len() {
-                t.right_align(col);
-            }
-            let mut has_na = false;
-            for &m in &cfg.mechanisms {
-                let mut row = vec![m.as_str().to_string(), m.data_path().as_str().to_string()];
-                if !cfg.applicable(m, placement) {
-                    has_na = true;
-                    row.extend(cfg.sizes.iter().map(|_| "n/a".to_string()));
-                    row.extend(["n/a".into(), "n/a".into(), "-".into()]);
-                    t.row(row);
-                    not_applicable.push(serde_json::json!({
-                        "mechanism": m.as_str(), "placement": placement.as_str(), "trigger": trigger.as_str(),
-                        "reason": NOT_APPLICABLE,
-                    }));
-                    continue;
-                }
-                let (mut p999, mut max, mut errors) = (f64::NAN, f64::NAN, 0u64);
-                for &size in &cfg.sizes {
-                    match by_cell.get(&(placement.as_str(), trigger.as_str(), m, size)).map(|&i| &series[i]) {
-                        Some(s) if s.stats.count > 0 => {
-                            row.push(fmt_us(s.stats.median * 1000.0));
-                            p999 = p999.max(s.stats.p999);
-                            max = max.max(s.stats.max);
-                            errors += s.errors;
-                        }
-                        Some(s) => {
-                            row.push("-".into());
-                            errors += s.errors;
-                        }
-                        None => row.push("-".into()),
-                    }
-                }
-                row.extend([fmt_us(p999 * 1000.0), fmt_us(max * 1000.0), errors.to_string()]);
-                t.row(row);
-            }
-            text.push_str(&t.render());
-            text.push('\n');
-            if has_na {
-                text.push_str(&format!(
-                    "  ring-poll n/a: {NOT_APPLICABLE} (two SCHED_FIFO threads on one CPU: the higher-priority side would spin forever and the other never run)\n"
-                ));
-            }
+            let table =
+                MedianTable { cfg, placement, trigger, host_text: &host_text, by_cell: &by_cell, series: &series };
+            text.push_str(&table.render(&mut not_applicable));
         }
     }
     text.push_str(
@@ -216,6 +163,84 @@ pub(super) fn build(
     let mut suite = Suite::new("itc", config);
     suite.series = series;
     SuiteRun { suite, text, warnings, incomplete, errors: total_errors, failure: None }
+}
+
+/// Where each cell's series is: (placement, trigger, mechanism, size) -> index in the suite's series.
+type ByCell<'a> = BTreeMap<(&'a str, &'a str, Mechanism, usize), usize>;
+
+/// One table of the report: the medians of every mechanism and size for one placement and trigger.
+struct MedianTable<'a> {
+    cfg: &'a ItcConfig,
+    placement: Placement,
+    trigger: Trigger,
+    host_text: &'a str,
+    by_cell: &'a ByCell<'a>,
+    series: &'a [rtcell_report::Series],
+}
+
+impl MedianTable<'_> {
+    /// The table's text; the mechanisms that cannot run in this placement are added to `not_applicable`.
+    fn render(&self, not_applicable: &mut Vec<serde_json::Value>) -> String {
+        let MedianTable { cfg, placement, trigger, host_text, by_cell, series } = *self;
+        let mut out = String::new();
+        out.push_str(&format!(
+            "\nITC round trip (request -> reply, timed by the requester with the TSC), median in us by payload size: {}, {}\n  {}; {}; load {}; {host_text}\n",
+            placement.as_str(),
+            trigger.as_str(),
+            placement_text(cfg, placement),
+            trigger_text(cfg, trigger),
+            cfg.load.as_str()
+        ));
+        let mut headers = vec!["mechanism".to_string(), "data".to_string()];
+        headers.extend(cfg.sizes.iter().map(|s| format!("{s} B")));
+        headers.extend(["p99.9 (worst size)".into(), "max (worst size)".into(), "errors".into()]);
+        let mut t = Table::new(&headers.iter().map(String::as_str).collect::<Vec<_>>());
+        // Figures line up even in columns that hold "n/a".
+        for col in 2..headers.len() {
+            t.right_align(col);
+        }
+        let mut has_na = false;
+        for &m in &cfg.mechanisms {
+            let mut row = vec![m.as_str().to_string(), m.data_path().as_str().to_string()];
+            if !cfg.applicable(m, placement) {
+                has_na = true;
+                row.extend(cfg.sizes.iter().map(|_| "n/a".to_string()));
+                row.extend(["n/a".into(), "n/a".into(), "-".into()]);
+                t.row(row);
+                not_applicable.push(serde_json::json!({
+                    "mechanism": m.as_str(), "placement": placement.as_str(), "trigger": trigger.as_str(),
+                    "reason": NOT_APPLICABLE,
+                }));
+                continue;
+            }
+            let (mut p999, mut max, mut errors) = (f64::NAN, f64::NAN, 0u64);
+            for &size in &cfg.sizes {
+                match by_cell.get(&(placement.as_str(), trigger.as_str(), m, size)).map(|&i| &series[i]) {
+                    Some(s) if s.stats.count > 0 => {
+                        row.push(fmt_us(s.stats.median * 1000.0));
+                        p999 = p999.max(s.stats.p999);
+                        max = max.max(s.stats.max);
+                        errors += s.errors;
+                    }
+                    Some(s) => {
+                        row.push("-".into());
+                        errors += s.errors;
+                    }
+                    None => row.push("-".into()),
+                }
+            }
+            row.extend([fmt_us(p999 * 1000.0), fmt_us(max * 1000.0), errors.to_string()]);
+            t.row(row);
+        }
+        out.push_str(&t.render());
+        out.push('\n');
+        if has_na {
+            out.push_str(&format!(
+                "  ring-poll n/a: {NOT_APPLICABLE} (two SCHED_FIFO threads on one CPU: the higher-priority side would spin forever and the other never run)\n"
+            ));
+        }
+        out
+    }
 }
 
 /// (sched_rt_runtime_us, sched_rt_period_us) when RT throttling is on (as by default), else `None`.
