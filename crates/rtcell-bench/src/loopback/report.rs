@@ -85,48 +85,7 @@ pub(super) fn build(
         }
         text.push_str(&t.render());
         text.push('\n');
-        let exit_lines: Vec<String> = r
-            .sizes
-            .iter()
-            .filter_map(|s| s.exits.as_ref().map(|e| (s.size, e)))
-            .map(|(size, e)| {
-                let total = e.get("exits").copied().unwrap_or(0);
-                let detail: Vec<String> =
-                    e.iter().filter(|(k, _)| k.as_str() != "exits").map(|(k, v)| format!("{k} {v}")).collect();
-                format!(
-                    "  {size} B: {total} exits{}",
-                    if detail.is_empty() { String::new() } else { format!(" ({})", detail.join(", ")) }
-                )
-            })
-            .collect();
-        if !exit_lines.is_empty() {
-            text.push_str("VM exits of the kvm cell's vCPU during the measured round trips (goal: 0):\n");
-            text.push_str(&exit_lines.join("\n"));
-            text.push('\n');
-            if r.sizes.iter().any(|s| s.exits.as_ref().is_some_and(|e| e.get("irq_exits").is_some_and(|&v| v > 0))) {
-                text.push_str(
-                    "  irq_exits are host interrupts (the timer tick) taken while the guest ran: the payload made no exit; \
-                     isolcpus + nohz_full on the cell CPU removes them\n",
-                );
-            }
-            for s in &r.sizes {
-                if let Some(e) = &s.exits {
-                    let mut ser = Series::from_samples(
-                        "vm_exits",
-                        labels_for(cfg, r, s.size),
-                        Unit::Count,
-                        Kind::Count,
-                        vec![e.get("exits").copied().unwrap_or(0) as f64],
-                        0,
-                    );
-                    ser.histogram = None;
-                    for (k, v) in e {
-                        ser.labels.insert(format!("exits.{k}"), v.to_string());
-                    }
-                    series.push(ser);
-                }
-            }
-        }
+        vm_exits(cfg, r, &mut text, &mut series);
         if let Some(st) = r.start_time {
             text.push_str(&format!(
                 "{} cell start (spawn to first heartbeat): {:.3} ms\n",
@@ -193,6 +152,52 @@ pub(super) fn build(
     let mut suite = Suite::new("loopback", config);
     suite.series = series;
     SuiteRun { suite, text, warnings, incomplete, errors: total_errors, failure: None }
+}
+
+/// The kvm cell's VM exits during the measured round trips: lines into `text`, one series per size.
+fn vm_exits(cfg: &LoopbackConfig, r: &TransportRun, text: &mut String, series: &mut Vec<Series>) {
+    let exit_lines: Vec<String> = r
+        .sizes
+        .iter()
+        .filter_map(|s| s.exits.as_ref().map(|e| (s.size, e)))
+        .map(|(size, e)| {
+            let total = e.get("exits").copied().unwrap_or(0);
+            let detail: Vec<String> =
+                e.iter().filter(|(k, _)| k.as_str() != "exits").map(|(k, v)| format!("{k} {v}")).collect();
+            format!(
+                "  {size} B: {total} exits{}",
+                if detail.is_empty() { String::new() } else { format!(" ({})", detail.join(", ")) }
+            )
+        })
+        .collect();
+    if !exit_lines.is_empty() {
+        text.push_str("VM exits of the kvm cell's vCPU during the measured round trips (goal: 0):\n");
+        text.push_str(&exit_lines.join("\n"));
+        text.push('\n');
+        if r.sizes.iter().any(|s| s.exits.as_ref().is_some_and(|e| e.get("irq_exits").is_some_and(|&v| v > 0))) {
+            text.push_str(
+                "  irq_exits are host interrupts (the timer tick) taken while the guest ran: the payload made no exit; \
+                 isolcpus + nohz_full on the cell CPU removes them\n",
+            );
+        }
+        for s in &r.sizes {
+            if let Some(e) = &s.exits {
+                let mut ser = Series::from_samples(
+                    "vm_exits",
+                    labels_for(cfg, r, s.size),
+                    Unit::Count,
+                    Kind::Count,
+                    vec![e.get("exits").copied().unwrap_or(0) as f64],
+                    0,
+                );
+                ser.histogram = None;
+                for (k, v) in e {
+                    ser.labels.insert(format!("exits.{k}"), v.to_string());
+                }
+                series.push(ser);
+            }
+        }
+    }
 }
 
 impl LoopbackConfig {
