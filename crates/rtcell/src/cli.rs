@@ -11,6 +11,7 @@ mod history;
 mod report;
 mod run;
 mod sdk;
+mod session;
 mod tune;
 
 use std::path::PathBuf;

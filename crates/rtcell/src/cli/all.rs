@@ -86,7 +86,7 @@ struct OneSuite {
     suite: Suite,
 }
 
-pub fn main(a: AllArgs, command: String, mut pre_warnings: Vec<String>) -> Result<i32, Usage> {
+pub fn main(a: AllArgs, mut pre_warnings: Vec<String>) -> Result<i32, Usage> {
     let out = a.out.clone().unwrap_or_else(|| default_out("bench"));
     if out.join(rtcell_report::doc::RESULTS_FILE).exists() {
         return Err(Usage(format!(
@@ -125,7 +125,7 @@ pub fn main(a: AllArgs, command: String, mut pre_warnings: Vec<String>) -> Resul
         eprintln!("  {}/{}  rtcell bench {}   (about {})", i + 1, steps.len(), s.args.join(" "), human(s.estimate_s));
     }
     let mut progress = Progress::new(steps.iter().map(|s| (s.args[0].clone(), s.estimate_s)).collect());
-    execute(plans, &out, a.history.path.as_deref(), command, pre_warnings, Some(&mut progress))
+    execute(plans, &out, a.history.path.as_deref(), pre_warnings, Some(&mut progress))
 }
 
 fn human(s: f64) -> String {

@@ -1,18 +1,14 @@
 //! `rtcell bench SUITE` and the default run: each suite's options checked into its plan before anything
 //! starts ([`plan_suite`]), then the plans run one after the other into one run directory ([`execute`]).
 
-use std::time::Instant;
-
 use rtcell_bench::SuiteRun;
 use rtcell_bench::c2c::C2cConfig;
 use rtcell_bench::control::{self as control_suite, ControlConfig};
 use rtcell_bench::loopback::{self as loopback_suite, LoopbackConfig, Notify};
 use rtcell_cells::CellKind;
 use rtcell_control::offload::Precision;
-use rtcell_host::facts::{HostFacts, StealSampler};
 use rtcell_host::tsc::TscClock;
 use rtcell_loads::Load;
-use rtcell_report::Results;
 
 use super::*;
 
@@ -27,7 +23,6 @@ pub(super) mod loopback;
 pub(super) mod membench;
 
 pub(super) fn main(suite: Option<Suite>, all: all::AllArgs) -> Result<i32, Usage> {
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
     // Things found while validating that change how to read the run.
     let mut pre_warnings: Vec<String> = Vec::new();
     // Validate everything before anything starts.
@@ -35,9 +30,9 @@ pub(super) fn main(suite: Option<Suite>, all: all::AllArgs) -> Result<i32, Usage
         Some(suite) => {
             let (name, common, plan) = plan_suite(suite, &mut pre_warnings)?;
             let out = common.out.clone().unwrap_or_else(|| default_out(name));
-            execute(vec![(name, plan)], &out, common.history.path.as_deref(), command, pre_warnings, None)
+            execute(vec![(name, plan)], &out, common.history.path.as_deref(), pre_warnings, None)
         }
-        None => all::main(all, command, pre_warnings),
+        None => all::main(all, pre_warnings),
     }
 }
 
@@ -82,7 +77,6 @@ pub(super) fn execute(
     plans: Vec<(&'static str, Plan)>,
     out: &std::path::Path,
     history_db: Option<&std::path::Path>,
-    command: String,
     pre_warnings: Vec<String>,
     mut progress: Option<&mut all::Progress>,
 ) -> Result<i32, Usage> {
@@ -111,12 +105,8 @@ pub(super) fn execute(
         }
     };
     install_ctrlc();
-    let facts = HostFacts::collect(Some(tsc.khz()));
-    eprintln!("{}", host_summary(&facts));
-    let git = Some(env!("RTCELL_GIT").to_string()).filter(|s| !s.is_empty());
-    let mut results = Results::new(env!("CARGO_PKG_VERSION"), git, Some(command), facts);
-    let started = Instant::now();
-    let steal = StealSampler::start();
+    let mut session = session::Session::start(&tsc);
+    eprintln!("{}", host_summary(&session.results.host));
 
     let check_cpu = plans.first().map_or(0, |(_, p)| tune::plan_cell_cpu(p));
     // Per suite: (name, failure) and how the run ended overall.
@@ -155,7 +145,7 @@ pub(super) fn execute(
             }
         };
         run.attach_load_reports();
-        results.warnings.extend(run.warnings.iter().cloned());
+        session.results.warnings.extend(run.warnings.iter().cloned());
         errors += run.errors;
         incomplete |= run.incomplete;
         if let Some(f) = &run.failure {
@@ -163,14 +153,12 @@ pub(super) fn execute(
             incomplete = true;
         }
         texts.push(run.text);
-        results.suites.push(run.suite);
+        session.results.suites.push(run.suite);
     }
     if let Some(p) = progress {
         p.finish();
     }
-    results.host.steal_pct = steal.finish();
-    tune::record_check(&mut results.host, check_cpu);
-    results.finish(started);
+    let mut results = session.finish(check_cpu);
     let mut warnings = host_warnings(&results.host);
     warnings.extend(pre_warnings);
     warnings.append(&mut results.warnings);

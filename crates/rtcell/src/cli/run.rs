@@ -8,11 +8,8 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
-use rtcell_host::facts::{HostFacts, StealSampler};
 use rtcell_host::tsc::TscClock;
-use rtcell_report::Results;
 use rtcell_scenario::{HostView, Live, Plan, parse_duration};
 
 use super::{EXIT_INTERRUPTED, EXIT_USAGE, default_out, host_summary, host_warnings, install_ctrlc};
@@ -152,9 +149,8 @@ pub fn execute(
         eprintln!("{e}");
         Ended { code: 1, results: None, error: Some(e) }
     };
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let facts = HostFacts::collect(Some(tsc.khz()));
-    eprintln!("{}", host_summary(&facts));
+    let session = super::session::Session::start(tsc);
+    eprintln!("{}", host_summary(&session.results.host));
     eprintln!(
         "scenario {:?} from {}: {} cell(s), {} task(s), {:.1} s",
         plan.name,
@@ -163,10 +159,6 @@ pub fn execute(
         plan.tasks.len(),
         plan.duration.as_secs_f64()
     );
-    let git = Some(env!("RTCELL_GIT").to_string()).filter(|s| !s.is_empty());
-    let mut results = Results::new(env!("CARGO_PKG_VERSION"), git, Some(command), facts);
-    let started = Instant::now();
-    let steal = StealSampler::start();
     if let Err(e) = std::fs::create_dir_all(out) {
         return failed(format!("error: cannot create {}: {e}", out.display()));
     }
@@ -180,15 +172,13 @@ pub fn execute(
         }
         Err(e) => return failed(format!("error: scenario {:?} could not start: {e}", plan.name)),
     };
-    results.host.steal_pct = steal.finish();
     // The check of the first cell's CPU (the last online CPU when the scenario has no cell).
     let cell_cpu = plan
         .cells
         .first()
         .map(|c| c.cpu)
         .unwrap_or_else(|| rtcell_host::cpu::online_cpus().ok().and_then(|c| c.last().copied()).unwrap_or(0));
-    super::tune::record_check(&mut results.host, cell_cpu);
-    results.finish(started);
+    let mut results = session.finish(cell_cpu);
     results.warnings.extend(host_warnings(&results.host));
     results.warnings.extend(r.warnings.iter().cloned());
     results.warnings.extend(r.errors.iter().map(|e| format!("error: {e}")));

@@ -2,7 +2,7 @@
 //! changed (and changed back).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 use rtcell_bench::latency::{LatencyConfig, Mode};

@@ -92,12 +92,7 @@ impl Measure {
             "measuring {side} the changes: latency on CPU {} and loopback CPU {} <-> {} ...",
             self.cell, self.master, self.cell
         );
-        let started = Instant::now();
-        let steal = rtcell_host::facts::StealSampler::start();
-        let git = Some(env!("RTCELL_GIT").to_string()).filter(|s| !s.is_empty());
-        let command = std::env::args().collect::<Vec<_>>().join(" ");
-        let facts = HostFacts::collect(Some(self.tsc.khz()));
-        let mut results = Results::new(env!("CARGO_PKG_VERSION"), git, Some(command), facts);
+        let mut session = crate::cli::session::Session::start(&self.tsc);
         let suites: [&SuiteFn<'_>; 2] =
             [&|| rtcell_bench::latency::run(&self.tsc, &lat), &|| loopback::run(&self.tsc, &self.loopback_config())];
         for suite in suites {
@@ -108,10 +103,10 @@ impl Measure {
                     return Err(1);
                 }
             };
-            results.warnings.extend(run.warnings.iter().map(|w| format!("{}: {w}", run.suite.suite)));
-            results.incomplete |= run.incomplete;
+            session.results.warnings.extend(run.warnings.iter().map(|w| format!("{}: {w}", run.suite.suite)));
+            session.results.incomplete |= run.incomplete;
             let failure = run.failure.clone();
-            results.suites.push(run.suite);
+            session.results.suites.push(run.suite);
             if let Some(f) = failure {
                 eprintln!("error: measuring {side}: {f}");
                 return Err(1);
@@ -120,9 +115,7 @@ impl Measure {
                 break;
             }
         }
-        results.host.steal_pct = steal.finish();
-        results.finish(started);
-        record_check(&mut results.host, self.cell);
+        let results = session.finish(self.cell);
         let path = results.write_to_dir(&dir).map_err(|e| {
             eprintln!("error: could not write the {side} results: {e}");
             1
