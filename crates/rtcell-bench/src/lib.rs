@@ -12,25 +12,14 @@ pub mod membench;
 pub mod pipe;
 pub mod rig;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use rtcell_host::tsc::TscClock;
 /// Where suites say what they are doing (`progress!`, `progress::set_sink`): presentation, kept in
 /// rtcell-report, re-exported for the suites.
 pub use rtcell_report::progress;
 use rtcell_report::{Kind, Series, Unit};
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-/// Asks every running suite to stop at its next check (Ctrl-C). What was measured is kept.
-pub fn request_stop() {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-/// Whether a stop was requested.
-pub fn stop_requested() -> bool {
-    STOP.load(Ordering::Relaxed)
-}
+/// The process's stop request (Ctrl-C), checked by every suite.
+pub use rtcell_host::stop::{request_stop, stop_requested};
 
 /// What a suite produced.
 pub struct SuiteRun {

@@ -17,6 +17,7 @@ pub mod outdir;
 pub mod peer_text;
 pub mod root;
 pub mod sched;
+pub mod stop;
 pub mod tsc;
 pub mod tune;
 pub mod utc;

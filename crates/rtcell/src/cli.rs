@@ -407,7 +407,7 @@ fn host_warnings(h: &HostFacts) -> Vec<String> {
 
 fn install_ctrlc() {
     let r = ctrlc::set_handler(|| {
-        if rtcell_bench::stop_requested() {
+        if rtcell_host::stop::stop_requested() {
             // Second Ctrl-C: the user wants out now.
             std::process::exit(EXIT_INTERRUPTED);
         }
@@ -415,7 +415,7 @@ fn install_ctrlc() {
             "\nstopping (Ctrl-C or SIGTERM): finishing the current step and writing what was measured \
              (Ctrl-C again to abort)"
         );
-        rtcell_bench::request_stop();
+        rtcell_host::stop::request_stop();
     });
     if let Err(e) = r {
         eprintln!("warning: Ctrl-C handler not installed ({e}); an interrupted run will not be saved");

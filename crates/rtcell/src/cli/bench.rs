@@ -114,7 +114,7 @@ pub(super) fn execute(
     let (mut errors, mut incomplete) = (0u64, false);
     let mut texts = Vec::new();
     for (i, (name, plan)) in plans.into_iter().enumerate() {
-        if rtcell_bench::stop_requested() {
+        if rtcell_host::stop::stop_requested() {
             incomplete = true;
             break;
         }

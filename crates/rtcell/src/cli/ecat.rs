@@ -115,7 +115,7 @@ pub fn main(a: EcatSimArgs) -> i32 {
         None => eprintln!("ecat-sim: {} device(s) answering on {iface}", a.devices),
     }
     let t0 = Instant::now();
-    while !rtcell_bench::stop_requested() && duration.is_none_or(|d| t0.elapsed() < d) {
+    while !rtcell_host::stop::stop_requested() && duration.is_none_or(|d| t0.elapsed() < d) {
         std::thread::sleep(Duration::from_millis(100));
     }
     let code = match sim.stop() {

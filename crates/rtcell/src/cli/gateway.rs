@@ -169,7 +169,7 @@ impl Served {
         if !self.linger.is_zero() {
             eprintln!("gateway: serving the results for {:.0} s more (Ctrl-C to end now)", self.linger.as_secs_f64());
             let t0 = std::time::Instant::now();
-            while t0.elapsed() < self.linger && !rtcell_bench::stop_requested() {
+            while t0.elapsed() < self.linger && !rtcell_host::stop::stop_requested() {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -338,7 +338,7 @@ pub fn serve_main(a: ServeCmd) -> i32 {
     };
     announce(&running);
     eprintln!("gateway: payloads and scenarios kept in {}; Ctrl-C to stop", state_dir.display());
-    while !rtcell_bench::stop_requested() {
+    while !rtcell_host::stop::stop_requested() {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("gateway: stopping (the current run is stopped and its results written; deployed cells are stopped)");

@@ -162,7 +162,7 @@ pub fn execute(
     if let Err(e) = std::fs::create_dir_all(out) {
         return failed(format!("error: cannot create {}: {e}", out.display()));
     }
-    let stop = || stop() || rtcell_bench::stop_requested();
+    let stop = || stop() || rtcell_host::stop::stop_requested();
     let r = match rtcell_scenario::run_observed(plan, tsc.khz(), out, &stop, observe) {
         Ok(r) => r,
         Err(e) if stop() => {

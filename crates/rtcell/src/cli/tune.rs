@@ -332,7 +332,7 @@ pub fn tune_main(a: TuneArgs) -> i32 {
         Outcome::Changed => println!("changed  {}: {} ({})", c.label, c.arrow(), c.path),
         Outcome::Refused(e) => println!("REFUSED  {}: {e}", c.label),
     };
-    let applied = match tune::apply(&root, &plan, &state, &rtcell_bench::stop_requested, &mut on_change) {
+    let applied = match tune::apply(&root, &plan, &state, &rtcell_host::stop::stop_requested, &mut on_change) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {e}");
@@ -371,7 +371,7 @@ pub fn tune_main(a: TuneArgs) -> i32 {
     }
     let failed = applied.refused() > irq_refused;
     if let (Some(m), Some(before)) = (&measuring, before) {
-        if rtcell_bench::stop_requested() {
+        if rtcell_host::stop::stop_requested() {
             return EXIT_INTERRUPTED;
         }
         let after = match m.run("after") {

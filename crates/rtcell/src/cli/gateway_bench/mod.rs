@@ -374,7 +374,7 @@ async fn drive(
 
 /// Resolves once Ctrl-C or SIGTERM asked the benchmark to stop.
 async fn stop_asked() {
-    while !rtcell_bench::stop_requested() {
+    while !rtcell_host::stop::stop_requested() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
