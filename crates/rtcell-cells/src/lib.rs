@@ -18,11 +18,14 @@ pub mod cprobe;
 pub mod output;
 mod process;
 
-pub(crate) use process::{cell_executable, pass_region};
-pub use process::{process_cell_main, set_cell_executable};
+pub(crate) use process::{cell_executable, end_process, pass_region};
+pub use process::{exit, process_cell_main, set_cell_executable};
+mod vm;
 pub mod workload;
 
-use std::os::unix::process::ExitStatusExt;
+pub use vm::set_tsc_khz;
+use vm::start_kvm;
+
 use std::process::Child;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -171,6 +174,10 @@ pub struct CellReport {
     pub status: CellStatus,
     pub heartbeat: u64,
     pub handled: u64,
+    /// Why the statistics blocks of its tasks do not hold what its harness recorded (a process cell
+    /// that ended early, or with an exit code its blocks contradict): nothing read from them is to be
+    /// shown as the tasks' figures.
+    pub disowned: Option<String>,
 }
 
 enum Runner {
@@ -193,25 +200,41 @@ pub struct Cell {
     stop_sent: bool,
     /// The reader of a process cell's standard output and error.
     output: Option<output::CellOutput>,
+    /// A process cell's end, judged when first seen.
+    ended: Option<process::Ended>,
+    /// See [`Cell::expect_end_after`].
+    end_after_ns: Option<u64>,
 }
 
 /// Runs the cell body in the calling thread (a thread cell's thread, or a process cell's main thread):
-/// real-time setup, the workload, and the final state in the control block.
-fn cell_body(spec: &CellSpec, region: &RegionView<'_>, ctl: &ControlBlock<'_>) {
+/// real-time setup, the workload, and the final state in the control block. Returns the exit code a
+/// process cell ends with ([`process::exit`]), from the body's own record of how the workload ended.
+fn cell_body(spec: &CellSpec, region: &RegionView<'_>, ctl: &ControlBlock<'_>) -> i32 {
     let req = RtRequest { cpu: Some(spec.cpu), fifo_priority: spec.priority, lock_memory: spec.lock_memory };
     match apply_rt(&req) {
         Ok(w) if !w.is_empty() => ctl.finish(CellState::Starting, 0, &w.join("\n")),
         Ok(_) => {}
         Err(e) => {
             ctl.finish(CellState::Faulted, 1, &format!("real-time setup failed: {e}"));
-            return;
+            return process::exit::FAULTED;
         }
     }
     let body = std::panic::AssertUnwindSafe(|| workload::run(&spec.workload, region, ctl));
     match std::panic::catch_unwind(body) {
         Ok(WorkloadEnd::Stopped) => ctl.finish(CellState::Stopped, 0, ""),
-        Ok(WorkloadEnd::Done(code)) => ctl.finish(CellState::Done, code, ""),
-        Ok(WorkloadEnd::Faulted(m)) => ctl.finish(CellState::Faulted, 1, &m),
+        Ok(WorkloadEnd::Done(code)) => {
+            ctl.finish(CellState::Done, code, "");
+            return code;
+        }
+        // A trip stops one task, not the cell: the cell ended as asked, its exit code says the trip.
+        Ok(WorkloadEnd::Tripped { stopped }) => {
+            ctl.finish(if stopped { CellState::Stopped } else { CellState::Done }, 0, "");
+            return process::exit::TRIPPED;
+        }
+        Ok(WorkloadEnd::Faulted(m)) => {
+            ctl.finish(CellState::Faulted, 1, &m);
+            return process::exit::FAULTED;
+        }
         Err(p) => {
             let msg = p
                 .downcast_ref::<&str>()
@@ -219,8 +242,10 @@ fn cell_body(spec: &CellSpec, region: &RegionView<'_>, ctl: &ControlBlock<'_>) {
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "non-string panic".into());
             ctl.finish(CellState::Faulted, 101, &format!("panicked: {msg}"));
+            return process::exit::FAULTED;
         }
     }
+    process::exit::DONE
 }
 
 impl Cell {
@@ -268,7 +293,18 @@ impl Cell {
             Runner::Kvm(Some(k)) => k.warnings().to_vec(),
             _ => Vec::new(),
         };
-        Ok(Cell { spec, shm, dir, runner, spawned_ns, warnings, stop_sent: false, output })
+        Ok(Cell {
+            spec,
+            shm,
+            dir,
+            runner,
+            spawned_ns,
+            warnings,
+            stop_sent: false,
+            output,
+            ended: None,
+            end_after_ns: None,
+        })
     }
 
     pub fn spec(&self) -> &CellSpec {
@@ -334,19 +370,15 @@ impl Cell {
                 }
                 reported
             }
+            Runner::Process(_) if self.ended.is_some() => self.ended.as_ref().map_or(reported, |e| e.status.clone()),
             Runner::Process(None) => reported,
             Runner::Process(Some(child)) => match child.try_wait() {
                 Ok(Some(st)) => {
-                    if let Some(sig) = st.signal() {
-                        CellStatus::Killed { signal: sig, name: rtcell_host::child::signal_name(sig) }
-                    } else if reported.is_finished() {
-                        reported
-                    } else {
-                        CellStatus::Faulted(format!(
-                            "process exited with code {} without reporting a final state",
-                            st.code().unwrap_or(-1)
-                        ))
-                    }
+                    let early = !self.stop_sent && control::now_ns() < self.end_after_ns.unwrap_or(u64::MAX);
+                    let region = self.dir.view(self.shm.words());
+                    let ended = process::judge_exit(&self.spec, &region, st, reported, early);
+                    self.ended = Some(ended.clone());
+                    ended.status
                 }
                 Ok(None) => reported,
                 Err(e) => CellStatus::Faulted(format!("cannot wait for the cell process: {e}")),
@@ -452,6 +484,19 @@ impl Cell {
         Ok(Duration::from_nanos(first.saturating_sub(self.spawned_ns)))
     }
 
+    /// The earliest moment (CLOCK_MONOTONIC ns) a process cell's work may end by itself (its tasks'
+    /// last release): a process that exits before it with the code of a finished run, no stop asked,
+    /// ended early (a fault, and its tasks' blocks are disowned). Unset, only a stop ends it.
+    pub fn expect_end_after(&mut self, ns: u64) {
+        self.end_after_ns = Some(ns);
+    }
+
+    /// Why the statistics blocks of its tasks do not hold its harness's figures (see
+    /// [`CellReport::disowned`]), once its process ended.
+    pub fn disowned(&self) -> Option<&str> {
+        self.ended.as_ref().and_then(|e| e.disowned.as_deref())
+    }
+
     /// Heartbeat and messages handled so far.
     pub fn progress(&self) -> (u64, u64) {
         self.with_ctl(|c| (c.heartbeat(), c.handled())).unwrap_or((0, 0))
@@ -503,6 +548,7 @@ impl Cell {
             }
         }
         let (heartbeat, handled) = self.progress();
+        let disowned = self.disowned().map(String::from);
         CellReport {
             name: self.spec.name.clone(),
             kind: self.spec.kind,
@@ -510,6 +556,7 @@ impl Cell {
             status,
             heartbeat,
             handled,
+            disowned,
         }
     }
 
@@ -531,64 +578,4 @@ impl Drop for Cell {
             let _ = end_process(child.take(), false);
         }
     }
-}
-
-/// How long a process cell that reported its final state has to exit by itself before it is killed.
-const EXIT_GRACE: Duration = Duration::from_secs(1);
-
-/// Ends a cell's process: one that reported its final state (`finished`) gets [`EXIT_GRACE`] to exit by
-/// itself; then SIGKILL, and at most the kill deadline. `Err` names a process that outlived that and was
-/// abandoned (`process pid N did not end within 2 s of SIGKILL (...); abandoned`).
-fn end_process(child: Option<Child>, finished: bool) -> Result<(), String> {
-    let Some(mut child) = child else { return Ok(()) };
-    let grace = if finished { EXIT_GRACE } else { Duration::from_millis(5) };
-    if let Ok(Some(_)) = rtcell_host::child::wait_within(&mut child, grace) {
-        return Ok(());
-    }
-    match rtcell_host::child::kill_and_reap(child) {
-        rtcell_host::child::Reaped::Ended(_) => Ok(()),
-        rtcell_host::child::Reaped::Abandoned(msg) => Err(msg),
-    }
-}
-
-static TSC_KHZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-
-/// Hands kvm cells a TSC calibration the caller already has, so starting a cell does not calibrate again.
-pub fn set_tsc_khz(khz: u64) {
-    let _ = TSC_KHZ.set(khz);
-}
-
-/// TSC calibration shared by every kvm cell of the process (calibrating takes ~50 ms, once).
-fn tsc_khz() -> u64 {
-    *TSC_KHZ.get_or_init(|| rtcell_host::tsc::TscClock::calibrate().map(|t| t.khz()).unwrap_or(0))
-}
-
-fn start_kvm(spec: &CellSpec, shm: &Arc<SharedMemory>) -> Result<rtcell_kvm::KvmCell, CellError> {
-    let (payload, args, guest_writable) = spec.workload.kvm_payload(&spec.name);
-    let ram_size = spec.vm.ram_mib as u64 * (1 << 20);
-    // A built-in payload by name, or a payload ELF file by path, checked before anything starts.
-    let elf = rtcell_kvm::payloads::resolve(&payload, ram_size).map_err(|e| match e {
-        rtcell_kvm::payloads::PayloadError::Unknown(_) => CellError::NoPayload {
-            cell: spec.name.clone(),
-            payload: payload.clone(),
-            known: rtcell_kvm::payloads::NAMES.join(", "),
-        },
-        rtcell_kvm::payloads::PayloadError::File(source) => CellError::PayloadFile { cell: spec.name.clone(), source },
-    })?;
-    let cfg = rtcell_kvm::KvmConfig {
-        name: spec.name.clone(),
-        payload_name: payload,
-        payload: elf,
-        args,
-        cpu: spec.cpu,
-        priority: spec.priority,
-        lock_memory: spec.lock_memory,
-        ram_size,
-        region: Arc::clone(shm),
-        guest_writable,
-        exception_handlers: spec.vm.exception_handlers,
-        tsc_khz: tsc_khz(),
-        watchdog: spec.vm.watchdog_ms.map(Duration::from_millis),
-    };
-    rtcell_kvm::KvmCell::start(cfg).map_err(|source| CellError::Kvm { cell: spec.name.clone(), source })
 }

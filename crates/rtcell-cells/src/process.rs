@@ -7,12 +7,15 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use rtcell_shm::RegionView;
 use rtcell_shm::control::{CellState, ControlBlock};
 use rtcell_shm::mapping::SharedMemory;
 
-use crate::{CellError, CellSpec, cell_body, confine, output};
+use rtcell_tasks::TaskState;
+
+use crate::{CellError, CellSpec, CellStatus, WorkloadSpec, cell_body, confine, output};
 
 static CELL_EXE: Mutex<Option<PathBuf>> = Mutex::new(None);
 
@@ -119,18 +122,18 @@ pub fn process_cell_main(fd: i32, parent: u32, spec_json: &str) -> i32 {
     // SAFETY: getppid has no preconditions.
     if unsafe { libc::getppid() } as u32 != parent {
         eprintln!("rtcell cell: parent {parent} is gone; exiting");
-        return 3;
+        return exit::ORPHANED;
     }
     let spec: CellSpec = match serde_json::from_str(spec_json) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("rtcell cell: bad --spec: {e}");
-            return 2;
+            return exit::USAGE;
         }
     };
     if fd < 0 {
         eprintln!("rtcell cell: bad --fd {fd}");
-        return 2;
+        return exit::USAGE;
     }
     // SAFETY: the parent passed us this inherited descriptor for our exclusive use in this process.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -138,32 +141,132 @@ pub fn process_cell_main(fd: i32, parent: u32, spec_json: &str) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("rtcell cell {}: cannot map the region: {e}", spec.name);
-            return 2;
+            return exit::USAGE;
         }
     };
     let region = match RegionView::attach(shm.words()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("rtcell cell {}: {e}", spec.name);
-            return 2;
+            return exit::USAGE;
         }
     };
     let ctl = match ControlBlock::attach(&region, &spec.name) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("rtcell cell {}: no control block: {e}", spec.name);
-            return 2;
+            return exit::USAGE;
         }
     };
     // Before any user code is loaded: no exec, no change of the death signal, no reach into rtcell.
     if let Err(e) = confine::lock_down() {
         ctl.finish(CellState::Faulted, 1, &format!("cannot confine the cell (seccomp): {e}"));
-        return 1;
+        return exit::FAULTED;
     }
-    cell_body(&spec, &region, &ctl);
-    match ctl.state() {
-        Ok(CellState::Faulted) => 1,
-        Ok(CellState::Done) => ctl.exit_code(),
-        _ => 0,
+    // Libraries stay loaded (closing one runs its destructors) and the process ends with `_exit`: no
+    // exit handler or destructor of the user's code runs after the tasks wrote their final figures.
+    rtcell_tasks::cwork::keep_libraries_loaded();
+    let code = cell_body(&spec, &region, &ctl);
+    end_now(code)
+}
+
+/// Exit codes of a process cell. Once user code is loaded, the harness ends the process with `_exit`
+/// right after the final states are written, with a code chosen from its own record of how the
+/// workload ended (never read back from the region): the supervisor checks the blocks against it.
+pub mod exit {
+    /// Every task ended at the end of the run, or the cell stopped on request.
+    pub const DONE: i32 = 0;
+    /// The cell or one of its tasks faulted.
+    pub const FAULTED: i32 = 1;
+    /// Bad arguments or no region (no user code loaded).
+    pub const USAGE: i32 = 2;
+    /// The supervisor was gone at the start.
+    pub const ORPHANED: i32 = 3;
+    /// A task's watchdog tripped (or a task stopped on a corrupt channel).
+    pub const TRIPPED: i32 = 4;
+}
+
+/// Ends the process with `code` now: standard output flushed, then `_exit`, so that no `atexit`
+/// handler or ELF destructor (the user's code) runs after the harness wrote the final states.
+fn end_now(code: i32) -> ! {
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    // SAFETY: _exit ends the process at once; nothing after it runs, no Rust destructor is needed
+    // (the kernel releases the mappings and descriptors).
+    unsafe { libc::_exit(code) }
+}
+
+/// How a process cell ended, judged once when its exit is first seen: its status, and when its tasks'
+/// blocks are not its harness's, why (`disowned`: nothing read from them is to be shown).
+#[derive(Debug, Clone)]
+pub(crate) struct Ended {
+    pub status: CellStatus,
+    pub disowned: Option<String>,
+}
+
+/// Judges a process cell's exit `st` against what its control block reports (`reported`) and what its
+/// tasks' statistics blocks in `region` hold. The exit code is its harness's own verdict (or the cell's
+/// code, which can end the process itself): a cell may claim a worse outcome than its harness saw,
+/// never a better one. `early`: no stop was asked and its tasks could not have ended yet.
+pub(crate) fn judge_exit(
+    spec: &CellSpec,
+    region: &RegionView<'_>,
+    st: std::process::ExitStatus,
+    reported: CellStatus,
+    early: bool,
+) -> Ended {
+    use std::os::unix::process::ExitStatusExt;
+    let plain = |status| Ended { status, disowned: None };
+    if let Some(sig) = st.signal() {
+        return plain(CellStatus::Killed { signal: sig, name: rtcell_host::child::signal_name(sig) });
+    }
+    let code = st.code().unwrap_or(-1);
+    if !reported.is_finished() {
+        let why = format!("process exited with code {code} without reporting a final state");
+        return plain(CellStatus::Faulted(why));
+    }
+    let tasks: &[rtcell_tasks::TaskSpec] = match &spec.workload {
+        WorkloadSpec::TaskSet { tasks } => tasks,
+        _ => &[],
+    };
+    let states: Vec<Option<TaskState>> =
+        tasks.iter().map(|t| rtcell_tasks::read_counters(region, &t.name).ok().and_then(|c| c.state)).collect();
+    let why = match code {
+        exit::DONE if early => Some(
+            "ended early: its process exited by itself, with the code of a finished run, before its tasks could \
+             have ended and before a stop was asked"
+                .to_string(),
+        ),
+        exit::TRIPPED if !states.contains(&Some(TaskState::Tripped)) => Some(
+            "ended with the exit code of a watchdog trip, but no statistics block of its tasks shows one: a block \
+             was rewritten after its task ended"
+                .to_string(),
+        ),
+        exit::FAULTED if !matches!(reported, CellStatus::Faulted(_)) => {
+            Some(format!("ended with the exit code of a fault, but its control block says {reported}"))
+        }
+        exit::DONE | exit::TRIPPED | exit::FAULTED => None,
+        other => Some(format!("ended with exit code {other}, which its harness never ends with")),
+    };
+    match why {
+        None => plain(reported),
+        Some(why) => Ended { status: CellStatus::Faulted(why.clone()), disowned: Some(why) },
+    }
+}
+
+/// How long a process cell that reported its final state has to exit by itself before it is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// Ends a cell's process: one that reported its final state (`finished`) gets [`EXIT_GRACE`] to exit by
+/// itself; then SIGKILL, and at most the kill deadline. `Err` names a process that outlived that and was
+/// abandoned (`process pid N did not end within 2 s of SIGKILL (...); abandoned`).
+pub(crate) fn end_process(child: Option<Child>, finished: bool) -> Result<(), String> {
+    let Some(mut child) = child else { return Ok(()) };
+    let grace = if finished { EXIT_GRACE } else { Duration::from_millis(5) };
+    if let Ok(Some(_)) = rtcell_host::child::wait_within(&mut child, grace) {
+        return Ok(());
+    }
+    match rtcell_host::child::kill_and_reap(child) {
+        rtcell_host::child::Reaped::Ended(_) => Ok(()),
+        rtcell_host::child::Reaped::Abandoned(msg) => Err(msg),
     }
 }

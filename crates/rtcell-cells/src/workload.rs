@@ -73,6 +73,9 @@ pub enum WorkloadEnd {
     Stopped,
     /// Finished with an exit code.
     Done(i32),
+    /// A task set whose tasks all ended, one or more with a watchdog trip (or stopped on a corrupt
+    /// channel); `stopped` when a stop was requested too.
+    Tripped { stopped: bool },
     /// Failed; the reason is shown to the user.
     Faulted(String),
 }
@@ -245,6 +248,10 @@ fn task_set(tasks: &[rtcell_tasks::TaskSpec], region: &RegionView<'_>, ctl: &Con
     let out = rtcell_tasks::run_set(tasks, region, ctl, &mut on_ready, &|| ctl.beat());
     if let Some((task, why)) = out.faulted.first() {
         return WorkloadEnd::Faulted(format!("task {task:?}: {why}"));
+    }
+    // A trip is named first: the process cell's exit code says it, whatever else happened.
+    if !out.tripped.is_empty() {
+        return WorkloadEnd::Tripped { stopped: out.stopped };
     }
     if out.stopped { WorkloadEnd::Stopped } else { WorkloadEnd::Done(0) }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rtcell_shm::sync::AtomicU64;
 use rtcell_shm::{ComView, RegionView, RingView, SignalError, SignalView};
 use rtcell_tasks::clock::mono_ns;
-use rtcell_tasks::stats::SCHEDULE_CHANNEL;
+use rtcell_tasks::stats::{BlockReading, SCHEDULE_CHANNEL};
 use rtcell_tasks::{OnCorrupt, PrivateSchedule, Schedule, TaskCounters, TaskSpec, TaskState};
 
 use crate::live::RunRegion;
@@ -166,31 +166,25 @@ impl<'a> RegionWatch<'a> {
         Ok(w)
     }
 
-    /// Whether task `task`'s statistics block holds what a task can have written, checked now (after
-    /// the caller read it): a block found scribbled, now or before, is reported and its live figures
-    /// must not be shown as the task's.
-    pub fn block_ok(&mut self, task: &str, start_ns: u64, errors: &mut Vec<String>) -> bool {
-        let Some(i) = self.blocks.iter().position(|(t, ..)| t == task) else { return true };
-        if let Some((name, msg)) = self.check_block(i, start_ns) {
-            self.report(&name, msg, errors);
-        }
-        !self.found.contains(&self.blocks[i].1)
-    }
-
-    /// As [`RegionWatch::block_ok`], for counters `seen` just read from the block of task `spec`: a trip
-    /// that task cannot make ([`impossible_trip`]) is found as a scribble too.
+    /// Whether `reading`, just taken of the block of task `spec`, holds what that task can have
+    /// written (what a task can have written by now, never below what was read before, no trip that
+    /// task cannot make): its counters when it holds the task's figures, `None` when the block is
+    /// found scribbled, now or before. The counters returned are that reading's, never read again.
     pub fn counters_ok(
         &mut self,
         spec: &TaskSpec,
-        seen: &TaskCounters,
+        reading: &BlockReading,
         start_ns: u64,
         errors: &mut Vec<String>,
-    ) -> bool {
+    ) -> Option<TaskCounters> {
+        let seen = reading.counters();
         let floor = self.floors.entry(spec.name.clone()).or_default();
-        let what = impossible_trip(spec, seen).or_else(|| went_back(floor, seen));
-        raise(floor, seen);
-        if let (Some(what), Some(i)) = (what, self.blocks.iter().position(|(t, ..)| *t == spec.name)) {
-            let block = self.blocks[i].1.clone();
+        let what = impossible_trip(spec, &seen).or_else(|| went_back(floor, &seen));
+        raise(floor, &seen);
+        let i = self.blocks.iter().position(|(t, ..)| *t == spec.name)?;
+        let what = what.or_else(|| reading.check_live(&|| self.due(i, start_ns)).err());
+        let block = self.blocks[i].1.clone();
+        if let Some(what) = what {
             let msg = format!(
                 "statistics block {block:?} was scribbled: {what} (task {:?}'s live figures were not shown from \
                  then on)",
@@ -198,22 +192,35 @@ impl<'a> RegionWatch<'a> {
             );
             self.report(&block, msg, errors);
         }
-        self.block_ok(&spec.name, start_ns, errors)
+        (!self.found.contains(&block)).then_some(seen)
+    }
+
+    /// Marks task `task`'s block as not holding its task's figures (`why`: e.g. its cell ended early):
+    /// reported once, and nothing read from it is shown from then on.
+    pub fn disown(&mut self, task: &str, why: &str, errors: &mut Vec<String>) {
+        if let Some((_, block, ..)) = self.blocks.iter().find(|(t, ..)| t == task) {
+            let block = block.clone();
+            let msg = format!("statistics block {block:?} does not hold task {task:?}'s figures: {why} (not shown)");
+            self.report(&block, msg, errors);
+        }
+    }
+
+    /// The most releases block `i`'s task can have had by now (one of slack either side of the clock
+    /// read); 0 before the start.
+    fn due(&self, i: usize, start_ns: u64) -> u64 {
+        let (_, _, _, period, offset) = &self.blocks[i];
+        if start_ns == 0 {
+            return 0;
+        }
+        let first = start_ns.saturating_add(*offset);
+        let now = mono_ns();
+        if now < first { 1 } else { (now - first) / period + 2 }
     }
 
     /// Block `i` checked: `Some((block, message))` when it is impossible.
     fn check_block(&self, i: usize, start_ns: u64) -> Option<(String, String)> {
-        let (task, block, words, period, offset) = &self.blocks[i];
-        let due = || {
-            if start_ns == 0 {
-                return 0;
-            }
-            let first = start_ns.saturating_add(*offset);
-            let now = mono_ns();
-            // One release of slack either side of the clock read.
-            if now < first { 1 } else { (now - first) / period + 2 }
-        };
-        let what = rtcell_tasks::stats::check_live(words, &due).err()?;
+        let (task, block, words, ..) = &self.blocks[i];
+        let what = rtcell_tasks::stats::check_live(words, &|| self.due(i, start_ns)).err()?;
         Some((
             block.clone(),
             format!(
@@ -278,20 +285,47 @@ impl<'a> RegionWatch<'a> {
     }
 }
 
+/// Where a count lives in a reading.
+type Count = fn(&mut TaskCounters) -> &mut u64;
+
+/// Every count a task only ever raises (the consecutive-overrun count, which falls back to 0, is not
+/// one): the one list [`went_back`] checks and [`raise`] keeps.
+const GROWS: [(&str, Count); 13] = [
+    ("cycles", |c| &mut c.cycles),
+    ("overruns", |c| &mut c.overruns),
+    ("longest overrun run", |c| &mut c.longest),
+    ("skipped releases", |c| &mut c.skipped),
+    ("frames sent", |c| &mut c.sent),
+    ("frames not sent", |c| &mut c.send_fail),
+    ("frames received", |c| &mut c.received),
+    ("frames lost", |c| &mut c.recv_lost),
+    ("reference errors", |c| &mut c.errors),
+    ("late replies", |c| &mut c.late),
+    ("watchdog overruns", |c| &mut c.watchdog_over),
+    ("unchecked replies", |c| &mut c.unchecked),
+    ("corrupt-channel steps", |c| &mut c.corrupt),
+];
+
 /// What in `seen` is below what the same block read before (`floor`): a counter that only grows went
-/// back, or a trip seen before is gone. The task itself never does that; a cell that rewrites its own
-/// block (e.g. after the task's last step, to hide its overruns or its watchdog trip) does.
+/// back, a final state changed (a trip, a fault or an end is final), or a trip seen before is gone.
+/// The task itself never does that; a cell that rewrites its own block (e.g. after the task's last
+/// step, to hide its overruns or its watchdog trip) does.
 fn went_back(floor: &TaskCounters, seen: &TaskCounters) -> Option<String> {
-    let grows = [
-        ("cycles", floor.cycles, seen.cycles),
-        ("overruns", floor.overruns, seen.overruns),
-        ("longest overrun run", floor.longest, seen.longest),
-        ("watchdog overruns", floor.watchdog_over, seen.watchdog_over),
-        ("corrupt-channel steps", floor.corrupt, seen.corrupt),
-        ("reference errors", floor.errors, seen.errors),
-    ];
-    if let Some((what, before, now)) = grows.iter().find(|(_, before, now)| now < before) {
-        return Some(format!("its {what} went from {before} to {now} (they only grow)"));
+    let (mut before, mut now) = (floor.clone(), seen.clone());
+    for (what, count) in GROWS {
+        let (b, n) = (*count(&mut before), *count(&mut now));
+        if n < b {
+            return Some(format!("its {what} went from {b} to {n} (they only grow)"));
+        }
+    }
+    if let (Some(b), n) = (floor.state.filter(|s| s.is_final()), seen.state)
+        && n != Some(b)
+    {
+        return Some(format!(
+            "its state went from {} to {} (a final state is final)",
+            b.as_str(),
+            n.map_or("?", |s| s.as_str())
+        ));
     }
     // The state and the trip cycle are two words the task writes one after the other: a read between
     // them sees one without the other, so only a trip that vanished or a cycle that changed counts.
@@ -308,18 +342,19 @@ fn tripped(c: &TaskCounters) -> bool {
     c.state == Some(TaskState::Tripped) || c.trip_cycle.is_some()
 }
 
-/// `floor` raised to what `seen` shows (a trip, once read, is kept).
+/// `floor` raised to what `seen` shows (a final state and a trip, once read, are kept).
 fn raise(floor: &mut TaskCounters, seen: &TaskCounters) {
-    floor.cycles = floor.cycles.max(seen.cycles);
-    floor.overruns = floor.overruns.max(seen.overruns);
-    floor.longest = floor.longest.max(seen.longest);
-    floor.watchdog_over = floor.watchdog_over.max(seen.watchdog_over);
-    floor.corrupt = floor.corrupt.max(seen.corrupt);
-    floor.errors = floor.errors.max(seen.errors);
-    if tripped(seen) {
-        floor.state = Some(TaskState::Tripped);
-        floor.trip_cycle = floor.trip_cycle.or(seen.trip_cycle);
+    let mut now = seen.clone();
+    for (_, count) in GROWS {
+        let n = *count(&mut now);
+        let b = count(floor);
+        *b = (*b).max(n);
     }
+    if floor.state.is_none_or(|s| !s.is_final()) && seen.state.is_some_and(|s| s.is_final()) {
+        floor.state = seen.state;
+    }
+    // A trip cycle read before the state it goes with counts as a trip (see `tripped`).
+    floor.trip_cycle = floor.trip_cycle.or(seen.trip_cycle);
 }
 
 /// A trip no task of this spec can make: it has no watchdog and does not stop on a corrupt channel.

@@ -12,7 +12,7 @@ use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, VmOptions, WorkloadSpec
 use rtcell_shm::mapping::SharedMemory;
 use rtcell_shm::{RegionLayout, RingConfig};
 use rtcell_tasks::clock::mono_ns;
-use rtcell_tasks::stats::{exec_channel, latency_channel};
+use rtcell_tasks::stats::{BlockReading, exec_channel, latency_channel};
 use rtcell_tasks::{Schedule, TaskCounters, TaskSpec, TaskState, TaskWork, read_counters};
 
 use crate::live::{CellSnapshot, Live, RunRegion};
@@ -21,7 +21,7 @@ use crate::plan::{CellRole, Plan};
 mod results;
 mod show;
 pub use results::{CellResult, ChannelResult, HistSummary, RunResult, TaskResult, channels_now};
-use results::{checked_handled, final_counters, handled_bound};
+use results::{checked_handled, earliest_end, final_counters, handled_bound};
 use show::{drain, print_live, snapshot};
 
 /// Time between the go signal and the first release: every task is asleep on its first release by then.
@@ -365,6 +365,9 @@ pub fn run_observed(
     let start = mono_ns() + START_MARGIN.as_nanos() as u64;
     let end = start + plan.duration.as_nanos() as u64;
     sched.go(start, end);
+    for (c, _) in cells.iter_mut() {
+        c.expect_end_after(earliest_end(plan, c.name(), start, end));
+    }
     live.set_window(start, end);
     let started_at = Instant::now();
 
@@ -416,10 +419,8 @@ pub fn run_observed(
         }
         for (_, s) in &specs {
             // A block that does not hold what a task can write is reported as scribbled, never shown.
-            let Ok(cnt) = read_counters(&region, &s.name) else { continue };
-            if !watch.counters_ok(s, &cnt, start, &mut errors) {
-                continue;
-            }
+            let Ok(reading) = BlockReading::read(&region, &s.name) else { continue };
+            let Some(cnt) = watch.counters_ok(s, &reading, start, &mut errors) else { continue };
             if cnt.corrupt > 0 && cnt.state != Some(TaskState::Tripped) && !reported_corrupt.contains(&s.name) {
                 reported_corrupt.push(s.name.clone());
                 if tty {
@@ -475,6 +476,11 @@ pub fn run_observed(
         let rep = c.stop(Duration::from_secs(3));
         let handled_bound = handled_bound(plan, &name, cells_t0.elapsed());
         let handled = checked_handled(&name, rep.handled, handled_bound, &mut errors);
+        for t in plan.tasks.iter().filter(|t| t.cell.as_deref() == Some(name.as_str())) {
+            if let Some(why) = &rep.disowned {
+                watch.disown(&t.spec.name, &format!("cell {name:?} {why}"), &mut errors);
+            }
+        }
         if !matches!(rep.status, CellStatus::Done(_) | CellStatus::Stopped) {
             let msg = format!("cell {name:?} ({kind}, CPU {cpu}) {}", rep.status);
             if !errors.contains(&msg) {
@@ -517,10 +523,12 @@ pub fn run_observed(
     let mut tasks = Vec::new();
     for (cell, s) in &specs {
         let own = own.get(&s.name);
-        // Without a record of its own, a task whose block was found scribbled has unknown figures.
-        let seen = read_counters(&region, &s.name).unwrap_or_default();
-        let found = own.is_none() && !watch.counters_ok(s, &seen, start, &mut errors);
-        let counters = if found { None } else { final_counters(&region, &s.name, own, &mut errors) };
+        // Without a record of its own, a task whose block was found scribbled has unknown figures. One
+        // reading: what is checked is what is shown.
+        let reading = BlockReading::read(&region, &s.name);
+        let checked = reading.as_ref().ok().and_then(|r| watch.counters_ok(s, r, start, &mut errors));
+        let found = own.is_none() && reading.is_ok() && checked.is_none();
+        let counters = if found { None } else { final_counters(&s.name, reading.as_ref(), own, &mut errors) };
         let scribbled = counters.is_none();
         let counters = counters.unwrap_or_default();
         match counters.state {

@@ -6,6 +6,7 @@
 //! library's handle, not taken from this binary.
 
 use std::ffi::{CString, c_char, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW, Symbol};
 use rtcell_control::offload::Precision;
@@ -36,6 +37,15 @@ pub struct CLibrary {
     _lib: Library,
 }
 
+static KEEP_LOADED: AtomicBool = AtomicBool::new(false);
+
+/// Makes every C library opened from now on in this process stay loaded until the process ends
+/// (`RTLD_NODELETE`): closing one runs its destructors, which would be the user's code running after
+/// its task wrote its final figures. A process cell calls it and ends with `_exit`, so they never run.
+pub fn keep_libraries_loaded() {
+    KEEP_LOADED.store(true, Ordering::Relaxed);
+}
+
 fn symbol<T: Copy>(lib: &Library, path: &str, name: &str, what: &str) -> Result<T, String> {
     let c = CString::new(name).map_err(|_| format!("{what} symbol name {name:?} contains a NUL byte"))?;
     // SAFETY: the caller names the C type T of the symbol (a function pointer of the documented
@@ -51,9 +61,10 @@ impl CLibrary {
     /// Opens `path` (every undefined symbol resolved now) and finds `step`, `init` and librtcell's
     /// `rtcell_cell_attach`.
     pub fn open(path: &str, init: Option<&str>, step: &str) -> Result<CLibrary, String> {
+        let keep = if KEEP_LOADED.load(Ordering::Relaxed) { libc::RTLD_NODELETE } else { 0 };
         // SAFETY: loading a shared object runs its constructors; the user asked for this library to
         // run in this cell, which is what a C task is.
-        let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
+        let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL | keep) }
             .map_err(|e| format!("cannot load {path}: {e}"))?;
         let step_fn: VoidFn = symbol(&lib, path, step, "step")?;
         let init_fn = match init {

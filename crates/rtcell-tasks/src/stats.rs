@@ -9,7 +9,7 @@
 //! Counter words of `task.<name>`: see the `W_*` constants. Words 32.. hold a message of up to
 //! [`MAX_MESSAGE`] bytes (why the task stopped: a watchdog trip, a fault).
 
-use rtcell_shm::sync::{AtomicU64, Ordering, copy_from_words, copy_to_words};
+use rtcell_shm::sync::{AtomicU64, Ordering, copy_to_words};
 use rtcell_shm::{AttachError, RegionView};
 
 /// Lifecycle of a task as it reports it.
@@ -334,7 +334,8 @@ impl<'a> StatsWriter<'a> {
         }
         self.publish();
         self.set_state(s);
-        self.w[W_CHECK].store(check_word(&self.w[..WORDS]), Ordering::Release);
+        let words = self.w[..WORDS].iter().map(|x| x.load(Ordering::Relaxed));
+        self.w[W_CHECK].store(check_word(words), Ordering::Release);
     }
 
     pub fn set_trip_cycle(&mut self, cycle: u64) {
@@ -367,37 +368,95 @@ impl<'a> StatsWriter<'a> {
 }
 
 /// FNV-1a over every word of a counter block but the check word itself.
-fn check_word(w: &[AtomicU64]) -> u64 {
+fn check_word(words: impl Iterator<Item = u64>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (i, x) in w.iter().enumerate() {
+    for (i, x) in words.enumerate() {
         if i != W_CHECK {
-            h = (h ^ x.load(Ordering::Relaxed)).wrapping_mul(0x0000_0100_0000_01b3);
+            h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
     h | 1
 }
 
-/// Checks a final block: the check word written with the final state must match its contents. `Err`
-/// says what is wrong (a peer scribbled the block after the task ended, or the task never finished).
-pub fn verify_final(region: &RegionView<'_>, task: &str) -> Result<TaskCounters, String> {
-    let block = stats_channel(task);
-    let w = stats_words(region, task).map_err(|e| format!("statistics block {block:?}: {e}"))?;
-    let state = w[W_STATE].load(Ordering::Acquire);
-    let c = read_counters(region, task).map_err(|e| format!("statistics block {block:?}: {e}"))?;
-    match TaskState::from_u64(state) {
-        None => {
-            return Err(format!("statistics block {block:?} was scribbled: it holds an impossible state ({state:#x})"));
+/// A task's counter block read once (its words copied), so that what is checked and what is shown
+/// are the same reading: a peer cannot change the block between the check and the use.
+pub struct BlockReading {
+    block: String,
+    w: [u64; WORDS],
+}
+
+impl BlockReading {
+    /// Copies task `task`'s block: every word but the cycles, then the cycles, which the task publishes
+    /// last (so a count read is at most one cycle ahead of them, as [`check_live`] allows).
+    pub fn read(region: &RegionView<'_>, task: &str) -> Result<BlockReading, AttachError> {
+        let src = stats_words(region, task)?;
+        let mut w = [0u64; WORDS];
+        for (i, x) in src[..WORDS].iter().enumerate() {
+            if i != W_CYCLES {
+                w[i] = x.load(Ordering::Acquire);
+            }
         }
-        Some(s) if !s.is_final() => return Ok(c),
-        Some(_) => {}
+        w[W_CYCLES] = src[W_CYCLES].load(Ordering::Acquire);
+        Ok(BlockReading { block: stats_channel(task), w })
     }
-    let (want, got) = (check_word(&w[..WORDS]), w[W_CHECK].load(Ordering::Acquire));
-    if want != got {
-        return Err(format!(
-            "statistics block {block:?} was scribbled after its task ended (check word {got:#x}, contents give {want:#x})"
-        ));
+
+    /// [`check_live`] on this reading.
+    pub fn check_live(&self, max_releases: &dyn Fn() -> u64) -> Result<(), String> {
+        check_words(&|i| self.w.get(i).copied().unwrap_or(0), max_releases)
     }
-    Ok(c)
+
+    /// The counters of this reading (untrusted: states checked, the message length clamped).
+    pub fn counters(&self) -> TaskCounters {
+        let r = |i: usize| self.w[i];
+        let n = (r(W_MSG_LEN) as usize).min(MAX_MESSAGE);
+        let mut buf = [0u8; MAX_MESSAGE];
+        for (chunk, word) in buf.chunks_mut(8).zip(&self.w[W_MSG..]) {
+            chunk.copy_from_slice(&word.to_le_bytes()[..chunk.len()]);
+        }
+        TaskCounters {
+            state: TaskState::from_u64(r(W_STATE)),
+            cycles: r(W_CYCLES),
+            overruns: r(W_OVERRUNS),
+            consec: r(W_CONSEC),
+            longest: r(W_LONGEST),
+            skipped: r(W_SKIPPED),
+            sent: r(W_SENT),
+            send_fail: r(W_SEND_FAIL),
+            received: r(W_RECEIVED),
+            recv_lost: r(W_RECV_LOST),
+            errors: r(W_ERRORS),
+            late: r(W_LATE),
+            trip_cycle: r(W_TRIP_CYCLE).checked_sub(1),
+            watchdog_over: r(W_WATCHDOG_OVER),
+            unchecked: r(W_UNCHECKED),
+            corrupt: r(W_CORRUPT),
+            // Read from shared memory: the peer's text, capped and escaped by the one sanitiser.
+            message: rtcell_host::peer_text::peer_text(&buf[..n], rtcell_host::peer_text::PEER_TEXT_CAP),
+        }
+    }
+
+    /// Checks this reading as a final block: the check word written with the final state must match
+    /// its contents. `Err` says what is wrong (a peer scribbled the block after the task ended, or the
+    /// state is impossible); a block whose task has not ended gives its counters.
+    pub fn checked(&self) -> Result<TaskCounters, String> {
+        let (block, state) = (&self.block, self.w[W_STATE]);
+        match TaskState::from_u64(state) {
+            None => {
+                return Err(format!(
+                    "statistics block {block:?} was scribbled: it holds an impossible state ({state:#x})"
+                ));
+            }
+            Some(s) if !s.is_final() => return Ok(self.counters()),
+            Some(_) => {}
+        }
+        let (want, got) = (check_word(self.w.iter().copied()), self.w[W_CHECK]);
+        if want != got {
+            return Err(format!(
+                "statistics block {block:?} was scribbled after its task ended (check word {got:#x}, contents give {want:#x})"
+            ));
+        }
+        Ok(self.counters())
+    }
 }
 
 /// A task's statistics block, resolved once (while the region still holds the layout we made), so
@@ -411,8 +470,12 @@ pub fn stats_block<'a>(region: &RegionView<'a>, task: &str) -> Result<&'a [Atomi
 /// Holds at any moment of an honest run (the counts are read before the cycles, which the task
 /// publishes last). `Err` says what is impossible.
 pub fn check_live(w: &[AtomicU64], max_releases: &dyn Fn() -> u64) -> Result<(), String> {
-    let r = |i: usize| w.get(i).map_or(0, |x| x.load(Ordering::Relaxed));
-    let state = w.get(W_STATE).map_or(0, |x| x.load(Ordering::Acquire));
+    check_words(&|i| w.get(i).map_or(0, |x| x.load(Ordering::Acquire)), max_releases)
+}
+
+/// [`check_live`] on words read by `r` (the counts before the cycles).
+fn check_words(r: &dyn Fn(usize) -> u64, max_releases: &dyn Fn() -> u64) -> Result<(), String> {
+    let state = r(W_STATE);
     if TaskState::from_u64(state).is_none() {
         return Err(format!("it holds an impossible state ({state:#x})"));
     }
@@ -428,7 +491,7 @@ pub fn check_live(w: &[AtomicU64], max_releases: &dyn Fn() -> u64) -> Result<(),
         ("corrupt steps", r(W_CORRUPT)),
     ];
     let (skipped, trip) = (r(W_SKIPPED), r(W_TRIP_CYCLE));
-    let cycles = w.get(W_CYCLES).map_or(0, |x| x.load(Ordering::Acquire));
+    let cycles = r(W_CYCLES);
     let max_releases = max_releases();
     if cycles.saturating_add(skipped) > max_releases || trip > max_releases.saturating_add(1) {
         return Err(format!(
@@ -471,32 +534,7 @@ pub struct TaskCounters {
 
 /// Reads a task's counters (untrusted: states checked, the message length clamped).
 pub fn read_counters(region: &RegionView<'_>, task: &str) -> Result<TaskCounters, AttachError> {
-    let w = stats_words(region, task)?;
-    let r = |i: usize| w[i].load(Ordering::Relaxed);
-    let cycles = w[W_CYCLES].load(Ordering::Acquire);
-    let n = (r(W_MSG_LEN) as usize).min(MAX_MESSAGE);
-    let mut buf = [0u8; MAX_MESSAGE];
-    copy_from_words(&w[W_MSG..], &mut buf[..n]);
-    Ok(TaskCounters {
-        state: TaskState::from_u64(w[W_STATE].load(Ordering::Acquire)),
-        cycles,
-        overruns: r(W_OVERRUNS),
-        consec: r(W_CONSEC),
-        longest: r(W_LONGEST),
-        skipped: r(W_SKIPPED),
-        sent: r(W_SENT),
-        send_fail: r(W_SEND_FAIL),
-        received: r(W_RECEIVED),
-        recv_lost: r(W_RECV_LOST),
-        errors: r(W_ERRORS),
-        late: r(W_LATE),
-        trip_cycle: r(W_TRIP_CYCLE).checked_sub(1),
-        watchdog_over: r(W_WATCHDOG_OVER),
-        unchecked: r(W_UNCHECKED),
-        corrupt: r(W_CORRUPT),
-        // Read from shared memory: the peer's text, capped and escaped by the one sanitiser.
-        message: rtcell_host::peer_text::peer_text(&buf[..n], rtcell_host::peer_text::PEER_TEXT_CAP),
-    })
+    Ok(BlockReading::read(region, task)?.counters())
 }
 
 /// Reads one of a task's histograms.

@@ -157,43 +157,64 @@ fn an_honest_kvm_payload_s_count_is_shown_as_its_claim() {
 }
 
 /// A process cell's C code that finds the run's region (as an attacker would, through /proc/self/maps)
-/// and, as `MODE` says, fills all of it with 0x8000000000000000 every 50 steps after step 200 (1),
-/// writes a trip at cycle 10 into its task's statistics block at step 100 (2), or overruns every
-/// period from step 300 on and, once its harness has written the final block, rewrites it with no
-/// overruns and a check word computed again, from a destructor (3).
+/// and, as `MODE` says: fills all of it with 0x8000000000000000 every 50 steps after step 200 (1);
+/// writes a trip at cycle 10 into its task's statistics block at step 100 (2); overruns every period
+/// from step 300 on and, from a thread of its own, as soon as its harness wrote the final block,
+/// rewrites it with no overruns and a check word computed again (3); overruns from step 300 on (its
+/// watchdog trips) and rewrites the final block as done, trip erased, from a library destructor (4)
+/// or from a thread of its own (5); at step 300 writes a final `done` into its control block and its
+/// task's block (a valid check word) and ends its process with `_exit(0)` (6).
 const SCRIBBLER: &str = r#"
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
+#include <unistd.h>
 #include "rtcell.h"
 static volatile uint64_t *base;
 static size_t len;
 static long n;
-static volatile uint64_t *block(void) {
+static volatile uint64_t *channel(const char *name) {
     uint64_t count = base[1] >> 32;
     for (uint64_t i = 0; i < count && i < 256; i++) {
         volatile uint64_t *e = base + 8 + i * 8;
-        if (!strncmp((const char *)e, "task.ctrl", 32)) return base + e[5] / 8;
+        if (!strncmp((const char *)e, name, 32)) return base + e[5] / 8;
     }
     return 0;
 }
+static volatile uint64_t *block(void) { return channel("task.ctrl"); }
 static uint64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec * 1000000000ull + t.tv_nsec;
 }
-/* Words of the block: 0 state (3..6 final), 2 overruns, 3 consecutive, 4 longest run, 30 check word. */
-__attribute__((destructor)) static void forge(void) {
-#if MODE == 3
-    volatile uint64_t *w = base ? block() : 0;
-    if (!w || w[0] < 3 || w[0] > 6) return;
-    w[2] = 0; w[3] = 0; w[4] = 0;
+/* Words of the block: 0 state (3 done, 5 tripped; 3..6 final), 2 overruns, 3 consecutive, 4 longest
+   run, 12 trip cycle, 13 watchdog overruns, 30 check word, 31 message length. */
+static void seal(volatile uint64_t *w) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < 64; i++)
         if (i != 30) h = (h ^ w[i]) * 0x00000100000001b3ull;
     w[30] = h | 1;
-#endif
+}
+static int rewrite(void) {
+    volatile uint64_t *w = base ? block() : 0;
+    if (!w || w[0] < 3 || w[0] > 6) return 0;
+    w[2] = 0; w[3] = 0; w[4] = 0;
+    if (MODE != 3) { w[0] = 3; w[12] = 0; w[13] = 0; w[31] = 0; }
+    seal(w);
+    return 1;
+}
+static void *watch(void *a) {
+    (void)a;
+    for (;;) {
+        if (rewrite()) return 0;
+        struct timespec d = {0, 50000};
+        nanosleep(&d, 0);
+    }
+}
+__attribute__((destructor)) static void forge(void) {
+    if (MODE == 4) rewrite();
 }
 void s_init(void) {
     FILE *f = fopen("/proc/self/maps", "r");
@@ -207,6 +228,8 @@ void s_init(void) {
         }
     }
     if (f) fclose(f);
+    pthread_t t;
+    if (base && (MODE == 3 || MODE == 5)) pthread_create(&t, 0, watch, 0);
 }
 void s_step(void) {
     double x = 1.0;
@@ -220,6 +243,15 @@ void s_step(void) {
     if (n == 100) {
         volatile uint64_t *w = block();
         if (w) w[12] = 11;
+    }
+#elif MODE == 6
+    if (n == 300) {
+        volatile uint64_t *w = block(), *c = channel("ctl.ctrl");
+        if (w && c) {
+            w[1] = n; w[0] = 3; seal(w);
+            c[3] = 0; c[0] = 2;
+            _exit(0);
+        }
     }
 #else
     if (n >= 300) {
@@ -235,6 +267,13 @@ fn scribbled_run(mode: u32) -> (Option<i32>, String, serde_json::Value) {
     let src = format!("#define MODE {mode}\n{SCRIBBLER}");
     let so = c_shared_object(sdk(), dir.path(), "scribbler", &src);
     let file = c_task_scenario(dir.path(), "process", &so, "s_init", "s_step");
+    if mode == 4 || mode == 5 {
+        // Its watchdog trips on the third cycle above 1 ms.
+        let toml = std::fs::read_to_string(&file).unwrap();
+        let toml =
+            toml.replacen("priority = 80\n", "priority = 80\nwatchdog = { time_us = 1000, sensitivity = 3 }\n", 1);
+        std::fs::write(&file, toml).unwrap();
+    }
     let out = dir.path().join("run");
     let (code, t) = run_scenario(&file, &[], &out);
     assert!(out.join("results.json").is_file(), "{t}");
@@ -279,4 +318,40 @@ fn a_cell_that_rewrites_its_final_figures_is_caught_by_what_was_read_live() {
     let c = outcome_task(&doc, "ctrl");
     assert_eq!(c["statistics_block"], "scribbled", "{c}");
     assert!(c["overruns"].is_null(), "{c}");
+}
+
+#[test]
+fn a_trip_a_library_destructor_rewrites_as_done_is_still_a_trip() {
+    let _serial = serial();
+    let (code, t, doc) = scribbled_run(4);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(t.contains("error: task \"ctrl\": watchdog: 3 consecutive cycles above 1000.0 us"), "{t}");
+    let c = outcome_task(&doc, "ctrl");
+    assert_eq!(c["state"], "tripped", "the destructor never ran: {c}");
+    assert!(c["trip_cycle"].as_u64().is_some(), "{c}");
+}
+
+#[test]
+fn a_trip_erased_after_the_harness_wrote_it_is_told_by_the_cell_s_exit_code() {
+    let _serial = serial();
+    let (code, t, doc) = scribbled_run(5);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(
+        t.contains("cell \"ctrl\" (process, CPU 1) faulted: ended with the exit code of a watchdog trip, but no statistics block"),
+        "{t}"
+    );
+    let c = outcome_task(&doc, "ctrl");
+    assert_eq!(c["statistics_block"], "scribbled", "{c}");
+    assert!(c["state"].is_null(), "{c}");
+}
+
+#[test]
+fn a_process_cell_that_ends_itself_early_as_done_is_an_error() {
+    let _serial = serial();
+    let (code, t, doc) = scribbled_run(6);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(t.contains("cell \"ctrl\" (process, CPU 1) faulted: ended early: its process exited by itself"), "{t}");
+    let c = outcome_task(&doc, "ctrl");
+    assert_eq!(c["statistics_block"], "scribbled", "{c}");
+    assert!(c["state"].is_null() && c["cycles"].is_null(), "{c}");
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rtcell_cells::CellKind;
 use rtcell_shm::RegionView;
-use rtcell_tasks::stats::read_histogram;
+use rtcell_tasks::stats::{BlockReading, read_histogram};
 use rtcell_tasks::{TaskCounters, TaskSpec, TaskWork, read_counters};
 
 use crate::plan::{CellRole, Plan};
@@ -166,13 +166,13 @@ pub struct RunResult {
 /// A block that does not hold what the task recorded, or fails its check, is an error naming it; `None`
 /// when it fails its check and the task keeps no record of its own (its figures are unknown).
 pub(super) fn final_counters(
-    region: &RegionView<'_>,
     task: &str,
+    reading: Result<&BlockReading, &rtcell_shm::AttachError>,
     own: Option<&TaskCounters>,
     errors: &mut Vec<String>,
 ) -> Option<TaskCounters> {
     let block = rtcell_tasks::stats::stats_channel(task);
-    let shared = rtcell_tasks::stats::verify_final(region, task);
+    let shared = reading.map_err(|e| format!("statistics block {block:?}: {e}")).and_then(BlockReading::checked);
     match (own, shared) {
         (Some(own), Ok(shared)) if shared != *own => {
             errors.push(format!(
@@ -196,6 +196,18 @@ pub(super) fn final_counters(
             None
         }
     }
+}
+
+/// The earliest moment cell `cell`'s tasks can all have ended by themselves in a run from `start_ns` to
+/// `end_ns`: the last release of the task released last (a task ends after its last release's cycle, or
+/// at the start when it has none). A cell with no task never ends by itself (`u64::MAX`).
+pub(super) fn earliest_end(plan: &Plan, cell: &str, start_ns: u64, end_ns: u64) -> u64 {
+    let last = |offset: u64, period: u64| {
+        let first = start_ns.saturating_add(offset);
+        if first >= end_ns { start_ns } else { first + (end_ns - 1 - first) / period.max(1) * period.max(1) }
+    };
+    let mine = plan.tasks.iter().filter(|t| t.cell.as_deref() == Some(cell));
+    mine.map(|t| last(t.spec.offset_ns, t.spec.period_ns)).max().unwrap_or(u64::MAX)
 }
 
 /// What every ring of the plan has carried so far.
