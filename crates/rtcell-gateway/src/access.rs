@@ -445,20 +445,20 @@ impl<S> Authorized<S> {
         S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<tonic::body::Body>> + Send,
         S::Future: Send + 'static,
     {
-        use crate::budget::{Metered, Way};
+        use crate::metered::Metered;
         let need = Role::needed_for(&method);
         if caller.role >= need {
             let in_flight = req.extensions().get::<crate::conn::Conn>().map(|c| c.request());
+            let account =
+                crate::budget::Account::new(Arc::clone(&self.gateway.counters.budget), caller.key.clone(), caller.role);
+            // The request's messages count against its caller's budget from their length prefixes on.
+            let mut req = req.map(|b| tonic::body::Body::new(Metered::request(b, Arc::clone(&account), &method)));
             let failed = Arc::new(Unaudited {
                 gateway: Arc::clone(&self.gateway),
                 client: caller.client.clone(),
                 method,
                 audited: caller.audited.clone(),
             });
-            let (budget, key) = (Arc::clone(&self.gateway.counters.budget), caller.key.clone());
-            // The request's bytes count against its identity's budget from the first frame.
-            let mut req =
-                req.map(|b| tonic::body::Body::new(Metered::new(b, Arc::clone(&budget), key.clone(), Way::Request)));
             req.extensions_mut().insert(caller);
             let fut = self.inner.call(req);
             return Box::pin(async move {
@@ -468,7 +468,7 @@ impl<S> Authorized<S> {
                 failed.check(resp.headers());
                 Ok(resp.map(|b| {
                     let f = Arc::clone(&failed);
-                    let body = Metered::new(b, budget, key, Way::Reply).on_trailers(Box::new(move |t| f.check(t)));
+                    let body = Metered::reply(b, account).on_trailers(Box::new(move |t| f.check(t)));
                     tonic::body::Body::new(match in_flight {
                         Some(i) => body.keep(Box::new(i)),
                         None => body,

@@ -9,6 +9,8 @@
 //! - [`listen`]: the Unix socket (0600, private directory) and TCP listeners, the connection caps;
 //! - [`conn`]: each connection's guard (first-request deadline, caps per address, per identity and before
 //!   authentication, idle timeout, failed authentications);
+//! - [`budget`], [`metered`]: the bytes held for clients (declared requests, unsent replies) under a
+//!   budget per identity, per role and in all;
 //! - [`share`]: shares of a capped resource per key (address, identity);
 //! - [`streams`]: statistics streams with bounded memory (dropped samples, stall deadline, cap);
 //! - [`metrics`]: the Prometheus text exposition;
@@ -20,6 +22,7 @@ pub mod client;
 pub mod conn;
 pub mod deploy;
 pub mod listen;
+pub mod metered;
 pub mod metrics;
 mod metrics_http;
 pub mod runs;

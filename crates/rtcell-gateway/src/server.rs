@@ -18,7 +18,9 @@ use crate::listen::{Addr, bind_unix, capped};
 use crate::pb::gateway_server::GatewayServer;
 use crate::service::{Gateway, Service};
 
-/// Largest request message (a payload ELF fits, with room).
+/// Largest request message of any method (DeployPayload's: a payload ELF fits, with room); each
+/// method's own, smaller for most, is refused earlier, from the message's length prefix
+/// ([`crate::budget::request_limit`]).
 pub const MAX_REQUEST_BYTES: usize = crate::deploy::MAX_PAYLOAD_BYTES + 64 * 1024;
 /// Most connections open at once per listener.
 pub const MAX_CONNECTIONS: usize = 128;

@@ -369,10 +369,10 @@ fn malformed_requests_and_connection_floods_leave_the_run_untouched() {
             }
         }
         assert_eq!(raw_call(&sock, "Nope", &[]).await, Some(Code::Unimplemented as i32));
-        // A request above the size limit: refused before it is decoded.
+        // A request above its method's limit: refused before it is decoded.
         let big = vec![0u8; rtcell_gateway::server::MAX_REQUEST_BYTES + 1024];
         let code = raw_call(&sock, "DeployPayload", &big).await;
-        assert_eq!(code, Some(Code::OutOfRange as i32));
+        assert_eq!(code, Some(Code::ResourceExhausted as i32));
         // Each of these refusals (no handler saw them) is in the audit log, as `refused` with its method.
         let refused = |a: &str, method: &str, code: &str| {
             a.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|l| {
@@ -384,7 +384,7 @@ fn malformed_requests_and_connection_floods_leave_the_run_untouched() {
         };
         let all = |a: &str| {
             refused(a, "Nope", "Unimplemented")
-                && refused(a, "DeployPayload", "OutOfRange")
+                && refused(a, "DeployPayload", "ResourceExhausted")
                 && refused(a, "WriteSignal", "Internal")
         };
         let audit = s.audit_until(all);

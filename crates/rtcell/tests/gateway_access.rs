@@ -258,13 +258,18 @@ fn the_rate_limit_counts_per_identity_across_connections_and_processes() {
 }
 
 #[test]
-fn a_two_megabyte_signal_name_is_capped_in_the_audit_log_and_the_answer() {
+fn long_signal_names_are_capped_in_the_audit_log_and_the_answer_and_two_megabytes_refused_unread() {
     let s = serve(&[]);
     let addr = s.grpc("unix:");
-    let name = format!("\u{1b}[2J{}", "n".repeat(2_000_000));
+    // The longest a WriteSignal request may be (its method's limit) reaches the handler.
+    let name = format!("\u{1b}[2J{}", "n".repeat(rtcell_gateway::budget::SMALL_REQUEST_BYTES - 64));
     rt().block_on(async {
         let mut c = connect(&unix(&addr)).await.unwrap();
         let e = write(&mut c, &name, vec![f64v(1.0)]).await.unwrap_err();
+        assert!(e.message().len() < 1024, "{} bytes of answer", e.message().len());
+        // 2 MB is refused from its length prefix, before the bytes are kept.
+        let e = write(&mut c, &"n".repeat(2_000_000), vec![f64v(1.0)]).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
         assert!(e.message().len() < 1024, "{} bytes of answer", e.message().len());
     });
     let audit = s.audit_until(|a| a.contains("\"action\":\"write\""));
