@@ -237,8 +237,11 @@ async fn cancelled_while_waiting_for_ack(c: &mut rtcell_gateway::client::Client)
             tokio::time::sleep(Duration::from_millis(2)).await;
         };
         // The deadline goes with the call (grpc-timeout): the server drops the call when it passes.
-        let mut req =
-            tonic::Request::new(pb::WriteSignalRequest { name: "op.slow".into(), values: vec![i64v(v)], timeout_ms: 0 });
+        let mut req = tonic::Request::new(pb::WriteSignalRequest {
+            name: "op.slow".into(),
+            values: vec![i64v(v)],
+            timeout_ms: 0,
+        });
         req.set_timeout(Duration::from_millis(50));
         let cancelled = matches!(c.write_signal(req).await, Err(e) if e.code() == Code::Cancelled || e.code() == Code::DeadlineExceeded);
         let after = slow_cycles(c.get_stats(pb::GetStatsRequest::default()).await.unwrap().into_inner());

@@ -121,7 +121,8 @@ fn nanos(elapsed: Duration) -> u64 {
 /// what every task of the plan can have sent; anything else, one per nanosecond.
 pub(crate) fn handled_bound(plan: &Plan, cell: &str, elapsed: Duration) -> u64 {
     let ns = nanos(elapsed);
-    let own: u64 = plan.tasks.iter().filter(|t| t.cell.as_deref() == Some(cell)).map(|t| steps(ns, t.spec.period_ns)).sum();
+    let own: u64 =
+        plan.tasks.iter().filter(|t| t.cell.as_deref() == Some(cell)).map(|t| steps(ns, t.spec.period_ns)).sum();
     match plan.cells.iter().find(|c| c.name == cell).map(|c| &c.role) {
         Some(CellRole::Controller { .. }) => {
             plan.tasks.iter().map(|t| steps(ns, t.spec.period_ns)).sum::<u64>().saturating_mul(2)
