@@ -447,6 +447,16 @@ impl<S> Authorized<S> {
     {
         use crate::metered::Metered;
         let need = Role::needed_for(&method);
+        // A call that changes anything is never carried out unaudited: refused while the audit log
+        // cannot be written (`Audit::writable`).
+        if caller.role >= need
+            && need > Role::Viewer
+            && let Err(status) = self.gateway.audit.writable()
+        {
+            let what = serde_json::json!({ "method": method });
+            self.gateway.audit.refused(&caller.client, "refused", what, &status);
+            return Box::pin(async move { Ok(status.into_http()) });
+        }
         if caller.role >= need {
             let in_flight = req.extensions().get::<crate::conn::Conn>().map(|c| c.request());
             let account =

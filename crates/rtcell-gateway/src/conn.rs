@@ -3,6 +3,11 @@
 //! authenticated connection, failed authentications, and a handle by which the gateway closes it (a
 //! client that stopped reading its streams).
 //!
+//! Per peer address, connections not yet authenticated count against [`MAX_CONNECTIONS_PER_ADDRESS`] at
+//! accept; once authenticated, a connection gives that place back and counts against the address's
+//! places *for its role* (as many again per role), so one role's connections from an address (a viewer's
+//! dashboard behind the operators' NAT) never shut another role's out of it.
+//!
 //! TCP only (the Unix socket's peers are the server's own user): connections not yet authenticated
 //! ("pending"; on the `/metrics` listener, which authenticates nobody, all of them, see
 //! [`Conns::answered`]) hold at most [`MAX_PREAUTH`] of the listener's places, so authenticated clients
@@ -32,8 +37,9 @@ use tonic::transport::server::{Connected, TcpConnectInfo, UdsConnectInfo};
 /// From accept until the connection's first request has passed authentication (TLS handshake
 /// included); a connection that has not by then is closed.
 pub const AUTH_DEADLINE: Duration = Duration::from_secs(5);
-/// Most connections open at once from one peer address (TCP), below the listener's cap, so that one
-/// peer's idle sockets never lock the others out.
+/// Most connections not yet authenticated (TCP, and every `/metrics` connection) open at once from one
+/// peer address, below the listener's cap, so that one peer's idle sockets never lock the others out;
+/// and most authenticated connections of one role from one peer address (each role has its own).
 pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 16;
 /// Most TCP connections of a listener not yet authenticated: half its places.
 pub const MAX_PREAUTH: usize = crate::server::MAX_CONNECTIONS / 2;
@@ -58,8 +64,11 @@ const CLOSE_AFTER_REFUSAL: Duration = Duration::from_millis(500);
 pub struct ClosedCounters {
     /// At accept: the listener already had its most connections open.
     pub listener_full: AtomicU64,
-    /// At accept: the peer address already had [`MAX_CONNECTIONS_PER_ADDRESS`] open.
+    /// At accept: the peer address already had [`MAX_CONNECTIONS_PER_ADDRESS`] not yet authenticated.
     pub address_full: AtomicU64,
+    /// At its first request: its role's clients already had [`MAX_CONNECTIONS_PER_ADDRESS`] connections
+    /// from its address.
+    pub address_role_full: AtomicU64,
     /// No authenticated request within [`AUTH_DEADLINE`].
     pub no_request: AtomicU64,
     /// A statistics stream on it made no progress within its deadline (the client does not read).
@@ -86,6 +95,7 @@ impl ClosedCounters {
         vec![
             ("listener_full", l(&self.listener_full)),
             ("address_full", l(&self.address_full)),
+            ("address_role_full", l(&self.address_role_full)),
             ("no_request", l(&self.no_request)),
             ("stalled_stream", l(&self.stalled_stream)),
             ("preauth_full", l(&self.preauth_full)),
@@ -98,8 +108,19 @@ impl ClosedCounters {
     }
 }
 
-/// A connection's place among its identity's, and among its role's.
-type Places = (Share<String>, Vec<Share<()>>);
+/// An authenticated connection's places: among its identity's, its role's, and its role's at its address.
+struct Places {
+    _identity: Share<String>,
+    _roles: Vec<Share<()>>,
+    _address: Share<(IpAddr, crate::access::Role)>,
+}
+
+/// Why an authenticated connection finds no place (see [`Conns::places`]).
+enum NoPlace {
+    Identity,
+    Role(usize),
+    Address,
+}
 
 #[derive(Default)]
 struct State {
@@ -113,9 +134,11 @@ struct State {
     started: AtomicU64,
     /// Failed authentications on it.
     failures: AtomicU32,
-    /// The connection's place among its identity's (TCP), once authenticated, and among its role's
-    /// ([`MAX_VIEWER_CONNECTIONS`], [`MAX_BELOW_ADMIN_CONNECTIONS`]).
+    /// The connection's place among its identity's (TCP), once authenticated, among its role's
+    /// ([`MAX_VIEWER_CONNECTIONS`], [`MAX_BELOW_ADMIN_CONNECTIONS`]) and its role's at its address.
     identity: Mutex<Option<Places>>,
+    /// Its place among its address's unauthenticated connections (TCP), until it is authenticated.
+    preauth: Mutex<Option<Share<IpAddr>>>,
     /// The task driving the connection's socket, woken when the gateway closes it.
     waker: Mutex<Option<Waker>>,
 }
@@ -187,7 +210,10 @@ pub struct UnixConn {
 pub struct Conns {
     /// Open TCP connections by peer address (ip, port): how `admit` finds a request's connection.
     by_peer: Mutex<HashMap<SocketAddr, Conn>>,
+    /// Unauthenticated connections per address.
     per_ip: Arc<Shares<IpAddr>>,
+    /// Authenticated connections per address and role.
+    per_ip_role: Arc<Shares<(IpAddr, crate::access::Role)>>,
     per_identity: Arc<Shares<String>>,
     viewers: Arc<Shares<()>>,
     below_admin: Arc<Shares<()>>,
@@ -208,6 +234,7 @@ impl Conns {
         Arc::new(Conns {
             by_peer: Mutex::default(),
             per_ip: Shares::new(MAX_CONNECTIONS_PER_ADDRESS),
+            per_ip_role: Shares::new(MAX_CONNECTIONS_PER_ADDRESS),
             per_identity: Shares::new(MAX_CONNECTIONS_PER_IDENTITY),
             viewers: Shares::new(MAX_VIEWER_CONNECTIONS),
             below_admin: Shares::new(MAX_BELOW_ADMIN_CONNECTIONS),
@@ -276,13 +303,14 @@ impl Conns {
         permit: OwnedSemaphorePermit,
     ) -> Option<Guarded<S>> {
         let conn = Conn::default();
-        let mut share = None;
         if let Some(p) = peer {
             let Some(s) = self.per_ip.take(p.ip()) else {
                 self.closed.address_full.fetch_add(1, Ordering::Relaxed);
                 return None;
             };
-            share = Some(s);
+            if let Ok(mut pre) = conn.0.preauth.lock() {
+                *pre = Some(s);
+            }
             if !self.enter_pending(p.ip(), &conn) {
                 self.closed.preauth_full.fetch_add(1, Ordering::Relaxed);
                 return None;
@@ -297,7 +325,7 @@ impl Conns {
             idle: None,
             seen: 0,
             conn: conn.clone(),
-            slot: Slot { conns: Arc::clone(self), peer, conn, _share: share },
+            slot: Slot { conns: Arc::clone(self), peer, conn },
             _permit: permit,
         })
     }
@@ -348,26 +376,19 @@ impl Conns {
                 return Err(tonic::Status::internal("connection state poisoned"));
             };
             if held.is_none() {
-                let shares = self.places(identity, role);
-                let Ok(shares) = shares else {
-                    drop(held);
-                    let counter =
-                        if matches!(shares, Err(None)) { &self.closed.identity_full } else { &self.closed.role_full };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    c.close_soon();
-                    return Err(tonic::Status::resource_exhausted(match shares {
-                        Err(None) => format!(
-                            "this client's identity already has {MAX_CONNECTIONS_PER_IDENTITY} connections open, its most: \
-                             use those, or close one; this connection is closed"
-                        ),
-                        Err(Some(n)) => format!(
-                            "the {role} role's clients together already have {n} connections open, their most (the other \
-                             places are kept for higher roles): use those, or close one; this connection is closed"
-                        ),
-                        Ok(_) => String::new(),
-                    }));
+                let shares = self.places(identity, role, peer.ip());
+                let shares = match shares {
+                    Ok(s) => s,
+                    Err(why) => {
+                        drop(held);
+                        return Err(self.no_place(&c, why, role));
+                    }
                 };
                 *held = Some(shares);
+                // No longer among its address's unauthenticated connections.
+                if let Ok(mut pre) = c.0.preauth.lock() {
+                    pre.take();
+                }
             }
             drop(held);
             self.leave_pending(peer.ip(), &c);
@@ -379,19 +400,45 @@ impl Conns {
 }
 
 impl Conns {
-    /// A place for a connection of `identity` with `role`: among the identity's, and its role's;
-    /// `Err(None)` if the identity holds its most, `Err(Some(cap))` if the role's clients hold theirs.
-    fn places(&self, identity: &str, role: crate::access::Role) -> Result<Places, Option<usize>> {
+    /// A place for a connection of `identity` with `role` from `ip`: among the identity's, its role's,
+    /// and its role's at its address.
+    fn places(&self, identity: &str, role: crate::access::Role, ip: IpAddr) -> Result<Places, NoPlace> {
         use crate::access::Role;
-        let mine = self.per_identity.take(identity.to_string()).ok_or(None)?;
+        let mine = self.per_identity.take(identity.to_string()).ok_or(NoPlace::Identity)?;
         let mut roles = Vec::new();
         if role < Role::Admin {
-            roles.push(self.below_admin.take(()).ok_or(Some(MAX_BELOW_ADMIN_CONNECTIONS))?);
+            roles.push(self.below_admin.take(()).ok_or(NoPlace::Role(MAX_BELOW_ADMIN_CONNECTIONS))?);
         }
         if role < Role::Operator {
-            roles.push(self.viewers.take(()).ok_or(Some(MAX_VIEWER_CONNECTIONS))?);
+            roles.push(self.viewers.take(()).ok_or(NoPlace::Role(MAX_VIEWER_CONNECTIONS))?);
         }
-        Ok((mine, roles))
+        let address = self.per_ip_role.take((ip, role)).ok_or(NoPlace::Address)?;
+        Ok(Places { _identity: mine, _roles: roles, _address: address })
+    }
+
+    /// Refuses an authenticated connection that found no place (counted; closed once the refusal is sent).
+    fn no_place(&self, c: &Conn, why: NoPlace, role: crate::access::Role) -> tonic::Status {
+        let counter = match why {
+            NoPlace::Identity => &self.closed.identity_full,
+            NoPlace::Role(_) => &self.closed.role_full,
+            NoPlace::Address => &self.closed.address_role_full,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        c.close_soon();
+        tonic::Status::resource_exhausted(match why {
+            NoPlace::Identity => format!(
+                "this client's identity already has {MAX_CONNECTIONS_PER_IDENTITY} connections open, its most: use \
+                 those, or close one; this connection is closed"
+            ),
+            NoPlace::Role(n) => format!(
+                "the {role} role's clients together already have {n} connections open, their most (the other places \
+                 are kept for higher roles): use those, or close one; this connection is closed"
+            ),
+            NoPlace::Address => format!(
+                "the {role} role's clients already have {MAX_CONNECTIONS_PER_ADDRESS} connections open from this \
+                 address, their most: use those, or close one; this connection is closed"
+            ),
+        })
     }
 }
 
@@ -402,12 +449,11 @@ pub(crate) fn peer_of(ext: &http::Extensions) -> Option<SocketAddr> {
     })
 }
 
-/// Frees a connection's place among its address's when the connection goes.
+/// Frees a connection's places when the connection goes.
 struct Slot {
     conns: Arc<Conns>,
     peer: Option<SocketAddr>,
     conn: Conn,
-    _share: Option<Share<IpAddr>>,
 }
 
 impl Drop for Slot {
@@ -419,6 +465,9 @@ impl Drop for Slot {
         }
         if let Ok(mut held) = self.conn.0.identity.lock() {
             held.take();
+        }
+        if let Ok(mut pre) = self.conn.0.preauth.lock() {
+            pre.take();
         }
     }
 }

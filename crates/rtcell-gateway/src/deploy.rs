@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rtcell_cells::{Cell, CellKind, CellSpec, VmOptions, WorkloadSpec};
+use rtcell_scenario::run::{payload_handled_bound, possible_claim};
 use rtcell_shm::RegionLayout;
 use rtcell_shm::mapping::SharedMemory;
 use sha2::{Digest, Sha256};
@@ -34,6 +35,18 @@ struct Deployed {
     stored_at: PathBuf,
     /// The region holding its control block: it must outlive the cell.
     _shm: Arc<SharedMemory>,
+    /// Its args (a `period_ns` there bounds what it can have handled) and when it was started.
+    args: String,
+    started: Instant,
+}
+
+impl Deployed {
+    /// What the cell claims it handled, if possible in the time it has run (`None`: impossible, unknown).
+    fn handled(&self) -> Option<u64> {
+        let claim = self.cell.progress().1;
+        // The bound is taken after the claim was read: never smaller than when the cell wrote it.
+        possible_claim(claim, payload_handled_bound(&self.args, self.started.elapsed()))
+    }
 }
 
 /// The payload store and the cells started from it.
@@ -165,14 +178,23 @@ impl Deployer {
             },
             vm: VmOptions::default(),
         };
+        let started = Instant::now();
         let mut cell = Cell::start(spec, Arc::clone(&shm))
             .map_err(|e| forget(Status::failed_precondition(format!("cell {name:?}: {e}"))))?;
         if let Err(e) = cell.wait_running(START_TIMEOUT) {
             let rep = cell.stop(Duration::from_secs(2));
             return Err(forget(Status::aborted(format!("cell {name:?} did not start: {e} ({})", rep.status))));
         }
-        let d =
-            Deployed { cell, _cpu: cpu_lock, sha256: sha, size: req.elf.len() as u64, stored_at: stored, _shm: shm };
+        let d = Deployed {
+            cell,
+            _cpu: cpu_lock,
+            sha256: sha,
+            size: req.elf.len() as u64,
+            stored_at: stored,
+            _shm: shm,
+            args: req.args.clone(),
+            started,
+        };
         let info = describe(&name, &d, None);
         self.cells.lock().map_err(|_| Status::internal("deployed cells poisoned"))?.insert(name, d);
         Ok(info)
@@ -245,7 +267,7 @@ impl Deployer {
                     cpu: d.cell.cpu() as u32,
                     status: st.to_string(),
                     finished: st.is_finished(),
-                    handled: d.cell.progress().1,
+                    handled: d.handled(),
                     vm_exits: d.cell.vm_exits().unwrap_or_default().into_iter().collect(),
                     origin: "deployed".into(),
                 }

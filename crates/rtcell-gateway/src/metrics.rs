@@ -69,6 +69,8 @@ pub struct Limits {
     pub dropped_samples: u64,
     pub streams_ended_stalled: u64,
     pub streams_refused: u64,
+    /// The audit log file can no longer be written: calls that change anything are refused.
+    pub audit_log_failed: bool,
 }
 
 impl GatewayCounters {
@@ -86,6 +88,7 @@ impl GatewayCounters {
             dropped_samples: s.dropped_samples.load(std::sync::atomic::Ordering::Relaxed),
             streams_ended_stalled: s.ended_stalled.load(std::sync::atomic::Ordering::Relaxed),
             streams_refused: s.refused.load(std::sync::atomic::Ordering::Relaxed),
+            audit_log_failed: false,
         }
     }
 
@@ -330,11 +333,22 @@ impl prometheus_client::collector::Collector for Scrape {
             "1 while the cell runs, 0 once it has ended.",
             cells.iter().map(|c| (cl(c), i64::from(!c.finished))),
         )?;
+        // The cell's own claim: a sample only while it is possible (see `CellState.handled`); an
+        // impossible one is left out here and flagged by `rtcell_cell_handled_impossible`.
         counter(
             &mut enc,
             "rtcell_cell_handled",
-            "Messages or steps the cell's workload handled.",
-            cells.iter().map(|c| (cl(c), c.handled)),
+            "Messages or steps the cell CLAIMS it handled (its control block's count, written by the cell, not \
+             measured); no sample while the claim is over what the cell can have handled (see \
+             rtcell_cell_handled_impossible).",
+            cells.iter().filter_map(|c| c.handled.map(|n| (cl(c), n))),
+        )?;
+        gauge(
+            &mut enc,
+            "rtcell_cell_handled_impossible",
+            "1 when the count the cell claims it handled is over what it can have handled in the time it ran (its \
+             control block was scribbled; the count is unknown and not shown), else 0.",
+            cells.iter().map(|c| (cl(c), i64::from(c.handled.is_none()))),
         )?;
         counter(
             &mut enc,
@@ -410,7 +424,7 @@ fn encode_limits(enc: &mut DescriptorEncoder, l: &Limits) -> std::fmt::Result {
         enc,
         "rtcell_gateway_connections_closed",
         "Connections the gateway closed, by listener (grpc, metrics) and reason: listener_full, address_full and preauth_full at accept, \
-         preauth_evicted (unauthenticated, or on metrics not yet answered, its place given to an address \
+         address_role_full (its role's most connections from its address), preauth_evicted (unauthenticated, or on metrics not yet answered, its place given to an address \
          holding fewer), no_request (no authenticated request, or on metrics no request, within the deadline), identity_full (its identity's most connections), role_full (its role's clients' most connections), idle \
          (no request in flight for the idle timeout), auth_failures (too many failed authentications), \
          stalled_stream (a stream its client did not read).",
@@ -440,6 +454,15 @@ fn encode_limits(enc: &mut DescriptorEncoder, l: &Limits) -> std::fmt::Result {
         bytes,
         MetricType::Gauge,
         l.held_bytes,
+    )?;
+    single(
+        enc,
+        "rtcell_gateway_audit_log_failed",
+        "1 once the audit log file could not be written (a rotation or a write failed): no more lines go to it \
+         and calls that change anything are refused until the gateway is restarted; else 0.",
+        None,
+        MetricType::Gauge,
+        u64::from(l.audit_log_failed),
     )?;
     single(
         enc,

@@ -108,13 +108,18 @@ pub struct Audit {
     path: Option<PathBuf>,
     /// Refusals a client can repeat in a loop, written in aggregate ([`crate::tally`]).
     refusals: crate::tally::Tally,
+    /// Tests: run between a rotation's rename and its reopening (to plant something there).
+    #[cfg(test)]
+    between: Mutex<Option<Box<dyn FnOnce(&Path) + Send>>>,
 }
 
-/// The open audit log file, its size, and the size at which it is rotated.
+/// The open audit log file, its size, the size at which it is rotated, and why it can no longer be
+/// written (see [`Audit::writable`]).
 struct AuditFile {
     file: std::fs::File,
     len: u64,
     rotate_at: u64,
+    failed: Option<String>,
 }
 
 /// Opens the audit log for appending: created 0600 (it names who did what), never through a link
@@ -162,14 +167,22 @@ impl Audit {
     /// [`Audit::open`] rotating at `rotate_at` bytes instead of [`AUDIT_ROTATE_BYTES`].
     pub fn open_rotating(path: Option<&Path>, rotate_at: u64) -> Result<Audit, String> {
         let Some(p) = path else {
-            return Ok(Audit { file: None, path: None, refusals: Default::default() });
+            return Ok(Audit {
+                file: None,
+                path: None,
+                refusals: Default::default(),
+                #[cfg(test)]
+                between: Mutex::new(None),
+            });
         };
         let file = open_append(p)?;
         let len = file.metadata().map_err(|e| format!("audit log {}: {e}", p.display()))?.len();
         Ok(Audit {
-            file: Some(Mutex::new(AuditFile { file, len, rotate_at })),
+            file: Some(Mutex::new(AuditFile { file, len, rotate_at, failed: None })),
             path: Some(p.to_owned()),
             refusals: Default::default(),
+            #[cfg(test)]
+            between: Mutex::new(None),
         })
     }
 
@@ -223,34 +236,73 @@ impl Audit {
         if let Some(f) = &self.file
             && let Ok(mut f) = f.lock()
         {
-            let text = format!("{line}\n");
-            if f.len > 0 && f.len + text.len() as u64 > f.rotate_at {
-                self.rotate(&mut f);
+            if f.failed.is_some() {
+                return;
             }
-            if f.file.write_all(text.as_bytes()).is_ok() {
-                f.len += text.len() as u64;
+            let text = format!("{line}\n");
+            if f.len > 0
+                && f.len + text.len() as u64 > f.rotate_at
+                && let Err(e) = self.rotate(&mut f)
+            {
+                fail(&mut f, e);
+                return;
+            }
+            match f.file.write_all(text.as_bytes()) {
+                Ok(()) => f.len += text.len() as u64,
+                Err(e) => fail(&mut f, format!("writing it: {e}")),
             }
         }
     }
 
-    /// Renames the file to `FILE.1` (replacing the one before) and starts a new one; if that fails,
-    /// writing goes on in the file as it is.
-    fn rotate(&self, f: &mut AuditFile) {
-        let Some(p) = &self.path else { return };
+    /// Renames the file to `FILE.1` (replacing the one before) and opens a new one at `FILE`; what
+    /// stops either (e.g. a directory at `FILE.1`, a link planted at `FILE`) is an error: the file is
+    /// then never written again ([`Audit::writable`]), so its size bound holds whatever is planted.
+    fn rotate(&self, f: &mut AuditFile) -> Result<(), String> {
+        let Some(p) = &self.path else { return Ok(()) };
         let mut old = p.clone().into_os_string();
         old.push(".1");
-        if let Err(e) = std::fs::rename(p, &old) {
-            eprintln!("audit: cannot rotate {}: {e}", p.display());
-            return;
+        std::fs::rename(p, &old)
+            .map_err(|e| format!("cannot rotate {} to {}: {e}", p.display(), PathBuf::from(&old).display()))?;
+        #[cfg(test)]
+        if let Some(plant) = self.between.lock().ok().and_then(|mut b| b.take()) {
+            plant(p);
         }
-        match open_append(p) {
-            Ok(file) => {
-                f.file = file;
-                f.len = 0;
-            }
-            Err(e) => eprintln!("audit: {e}"),
+        f.file = open_append(p)?;
+        f.len = 0;
+        Ok(())
+    }
+
+    /// `Ok` while the audit log can be written (or there is none). Once a line could not be written to
+    /// the file (a rotation or a write failed), no more lines go to it (stderr still has every line) and
+    /// this is FAILED_PRECONDITION, which the gateway answers to every call that changes anything
+    /// (writes, starts, stops, deploys, cell stops) until it is restarted with a log it can write: an
+    /// action is never carried out unaudited. Reads go on.
+    pub fn writable(&self) -> Result<(), Status> {
+        let Some(f) = &self.file else { return Ok(()) };
+        let f = f.lock().map_err(|_| Status::internal("audit log poisoned"))?;
+        match &f.failed {
+            None => Ok(()),
+            Some(why) => Err(Status::failed_precondition(format!(
+                "the audit log cannot be written ({}): calls that change anything are refused until the gateway \
+                 is restarted with an audit log it can write; reads still work",
+                rtcell_host::peer_text::printable_line(why, 4 * CLIENT_TEXT_CAP)
+            ))),
         }
     }
+
+    /// The audit log file can no longer be written (see [`Audit::writable`]).
+    pub fn failed(&self) -> bool {
+        self.writable().is_err()
+    }
+}
+
+/// Marks the audit log as no longer written, saying so once on stderr.
+fn fail(f: &mut AuditFile, why: String) {
+    eprintln!(
+        "audit: the audit log cannot be written: {why}; no more lines go to it (they still go to stderr), and \
+         calls that change anything are refused until the gateway is restarted with a log it can write"
+    );
+    f.failed = Some(why);
 }
 
 #[cfg(test)]
@@ -288,5 +340,56 @@ mod tests {
             last = len;
         }
         assert!(rotated, "the size of the reopened file was counted");
+    }
+
+    /// Writes lines until the file would have been rotated a few times.
+    fn fill(a: &Audit, from: usize) {
+        for i in from..from + 100 {
+            a.line("unix uid 0", "write", serde_json::json!({ "n": i }), &Ok("ok".into()));
+        }
+    }
+
+    #[test]
+    fn a_directory_planted_at_the_old_file_stops_the_log_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("audit.log");
+        let limit = 2000;
+        std::fs::create_dir(dir.path().join("audit.log.1")).unwrap();
+        std::fs::write(dir.path().join("audit.log.1/x"), "x").unwrap();
+        let a = Audit::open_rotating(Some(&p), limit).unwrap();
+        assert!(a.writable().is_ok());
+        fill(&a, 0);
+        let len = std::fs::metadata(&p).unwrap().len();
+        assert!(len <= limit, "the size bound holds: {len} bytes");
+        let e = a.writable().unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(e.message().contains("cannot rotate") && e.message().contains("refused"), "{}", e.message());
+        assert!(a.failed());
+        assert!(dir.path().join("audit.log.1").is_dir());
+    }
+
+    #[test]
+    fn a_link_planted_between_rename_and_reopen_stops_the_log_and_moves_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("audit.log");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "").unwrap();
+        let limit = 2000;
+        let a = Audit::open_rotating(Some(&p), limit).unwrap();
+        let target = victim.clone();
+        *a.between.lock().unwrap() = Some(Box::new(move |at: &Path| std::os::unix::fs::symlink(&target, at).unwrap()));
+        fill(&a, 0);
+        let e = a.writable().unwrap_err();
+        assert!(e.message().contains("symbolic link"), "{}", e.message());
+        // Nothing went through the link, and no later line moved it over the old file.
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "");
+        assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_symlink());
+        let old = dir.path().join("audit.log.1");
+        assert!(std::fs::symlink_metadata(&old).unwrap().file_type().is_file());
+        let before = std::fs::read_to_string(&old).unwrap();
+        assert!(before.len() as u64 <= limit, "{} bytes", before.len());
+        fill(&a, 100);
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), before, "nothing written after the failure");
+        assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_symlink());
     }
 }

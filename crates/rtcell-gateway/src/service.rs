@@ -160,7 +160,7 @@ impl Gateway {
             writes: c.writes.lock().map(|m| m.clone()).unwrap_or_default(),
             connections_refused: c.connections_refused.load(std::sync::atomic::Ordering::Relaxed),
             deploys: c.deploys.load(std::sync::atomic::Ordering::Relaxed),
-            limits: c.limits(),
+            limits: crate::metrics::Limits { audit_log_failed: self.audit.failed(), ..c.limits() },
         }
     }
 

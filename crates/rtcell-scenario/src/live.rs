@@ -23,8 +23,9 @@ pub struct CellSnapshot {
     /// `running`, `done (exit 0)`, `killed by signal 11 (SIGSEGV)` ...
     pub status: String,
     pub finished: bool,
-    /// Messages or steps its workload counted.
-    pub handled: u64,
+    /// Messages or steps the cell claims it handled (its control block's count, which the cell writes),
+    /// checked by [`crate::run::possible_claim`]; `None` when the claim is impossible (unknown).
+    pub handled: Option<u64>,
     /// VM exits by reason (kvm cells).
     pub vm_exits: BTreeMap<String, u64>,
 }

@@ -20,7 +20,9 @@ use crate::plan::{CellRole, Plan};
 
 mod results;
 mod show;
-pub use results::{CellResult, ChannelResult, HistSummary, RunResult, TaskResult, channels_now};
+pub use results::{
+    CellResult, ChannelResult, HistSummary, RunResult, TaskResult, channels_now, payload_handled_bound, possible_claim,
+};
 use results::{checked_handled, earliest_end, final_counters, handled_bound};
 use show::{drain, print_live, snapshot};
 
@@ -358,7 +360,7 @@ pub fn run_observed(
         }
     }
     let live = Arc::new(Live::new(plan.clone(), tsc_khz, Arc::clone(&run_region)));
-    live.set_cells(snapshot(&mut cells));
+    live.set_cells(snapshot(&mut cells, plan, cells_t0));
     observe(Arc::clone(&live));
     let stop = || stop() || live.stop_requested();
     let steal0 = steal_jiffies();
@@ -392,7 +394,7 @@ pub fn run_observed(
         std::thread::sleep(TICK);
         ticks += 1;
         if ticks % SNAPSHOT_TICKS == 0 {
-            live.set_cells(snapshot(&mut cells));
+            live.set_cells(snapshot(&mut cells, plan, cells_t0));
         }
         drain(&mut sinks);
         dir_guard.check(&mut errors);
@@ -467,7 +469,7 @@ pub fn run_observed(
     }
     linux_stop.store(true, Ordering::Relaxed);
     let mut cell_results = Vec::new();
-    live.set_cells(snapshot(&mut cells));
+    live.set_cells(snapshot(&mut cells, plan, cells_t0));
     for (c, start) in cells {
         let exits = c.vm_exits();
         let (name, kind, cpu) = (c.name().to_string(), c.kind(), c.cpu());
@@ -574,7 +576,7 @@ pub fn run_observed(
             cpu: c.cpu,
             status: c.status.clone(),
             finished: true,
-            handled: c.handled.unwrap_or(0),
+            handled: c.handled,
             vm_exits: c.vm_exits.clone().unwrap_or_default(),
         })
         .collect();

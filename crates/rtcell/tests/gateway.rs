@@ -66,7 +66,7 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
         let st = c.get_status(pb::GetStatusRequest {}).await.unwrap().into_inner();
         assert_eq!(st.cells.len(), 1);
         assert_eq!(st.cells[0].name, "plc");
-        assert_eq!(st.tasks.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["high", "side"]);
+        assert_eq!(st.tasks.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["high", "side", "slow"]);
         let limit = st.signals.iter().find(|x| x.name == "op.limit").unwrap();
         assert!(limit.writable && limit.reader == "high" && limit.max == Some(100.0));
         assert!(!st.signals.iter().find(|x| x.name == "out").unwrap().writable);
@@ -116,7 +116,7 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
         assert_eq!((ack.seen, ack.task.as_str()), (vec![-3.0, 10.0], "side"));
         let r = c.read_signal(pb::ReadSignalRequest { name: "op.limit".into() }).await.unwrap().into_inner();
         assert_eq!((r.values, r.seq), (vec![7.25], ack2.seq));
-        let cancelled = cancelled_after_written(&mut c).await;
+        let cancelled = cancelled_while_waiting_for_ack(&mut c).await;
 
         // Refusals, each with its status; none reaches the cell.
         let cases: Vec<(&str, Vec<pb::Value>, Code)> = vec![
@@ -203,8 +203,8 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
     // Every write is in the audit log with who did it (refusals within a second, in aggregate).
     let audit = s.audit_until(|a| a.contains("\"action\":\"write\"") && a.contains("\"ok\":false"));
     // The write whose client gave up after its value was written is in the log, as done.
-    let cancelled = cancelled.expect("in 200 tries, no write was cancelled after its value reached the signal");
-    let line = format!("\"values\":[{{\"i64\":{}}},{{\"i64\":{}}}]", cancelled.0, cancelled.1);
+    let cancelled = cancelled.expect("in 10 tries, no write was cancelled while it waited for its acknowledgement");
+    let line = format!("\"signal\":\"op.slow\",\"values\":[{{\"i64\":{cancelled}}}]");
     assert!(
         audit.lines().any(|l| l.contains("\"action\":\"write\"") && l.contains(&line) && l.contains("\"ok\":true")),
         "no audit line for the cancelled write {line}:\n{audit}"
@@ -219,26 +219,36 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
     assert!(lines.iter().any(|l| l["action"] == "start" && l["ok"] == true));
 }
 
-/// A write whose client goes away before the acknowledgement (its deadline passed) after the value
-/// reached the signal: the call's deadline grows by 250 µs a try until that happens (the value then
-/// reads back though the call failed). Returns the values written so, or `None` if no try did.
-async fn cancelled_after_written(c: &mut rtcell_gateway::client::Client) -> Option<(i64, i64)> {
-    for i in 0..200u64 {
-        // A pair no try wrote before, within the signal's range (-10..=10).
-        let v = ((i % 21) as i64 - 10, (i / 21) as i64 - 10);
-        let deadline = Duration::from_micros(50 + 250 * i);
+/// A write whose client goes away while the write waits for its acknowledgement: the value is written
+/// just after a release of the slow reader (200 ms period), the call's deadline (50 ms) passes long
+/// before its next release acknowledges it, and the reader's cycle count read after the cancel shows it
+/// had not acknowledged yet. Returns the value written so, or `None` if no try did.
+async fn cancelled_while_waiting_for_ack(c: &mut rtcell_gateway::client::Client) -> Option<i64> {
+    let slow_cycles = |s: pb::Stats| s.tasks.iter().find(|t| t.name == "slow").map_or(0, |t| t.cycles);
+    for i in 0..10i64 {
+        let v = 100 + i;
+        // Just after a release of the reader.
+        let first = slow_cycles(c.get_stats(pb::GetStatsRequest::default()).await.unwrap().into_inner());
+        let at = loop {
+            let n = slow_cycles(c.get_stats(pb::GetStatsRequest::default()).await.unwrap().into_inner());
+            if n != first {
+                break n;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
         // The deadline goes with the call (grpc-timeout): the server drops the call when it passes.
         let mut req = tonic::Request::new(pb::WriteSignalRequest {
-            name: "op.count".into(),
-            values: vec![i64v(v.0), i64v(v.1)],
+            name: "op.slow".into(),
+            values: vec![i64v(v)],
             timeout_ms: 0,
         });
-        req.set_timeout(deadline);
+        req.set_timeout(Duration::from_millis(50));
         let cancelled = matches!(c.write_signal(req).await, Err(e) if e.code() == Code::Cancelled || e.code() == Code::DeadlineExceeded);
+        let after = slow_cycles(c.get_stats(pb::GetStatsRequest::default()).await.unwrap().into_inner());
+        let r = c.read_signal(pb::ReadSignalRequest { name: "op.slow".into() }).await.unwrap().into_inner();
         // The detached write ends (acknowledged) before the next try needs the identity's write place.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let r = c.read_signal(pb::ReadSignalRequest { name: "op.count".into() }).await.unwrap().into_inner();
-        if cancelled && r.values == vec![v.0 as f64, v.1 as f64] {
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        if cancelled && after == at && r.values == vec![v as f64] {
             return Some(v);
         }
     }

@@ -141,6 +141,28 @@ fn one_viewer_token_holds_at_most_its_connections_and_never_locks_the_admin_out(
 }
 
 #[test]
+fn a_viewer_s_connections_from_the_admin_s_address_never_lock_the_admin_out() {
+    let (_s, addr, _) = serve_tcp_with_roles();
+    rt().block_on(async {
+        let viewer = tcp(&addr, Some(VIEWER_TOKEN), None);
+        // As many authenticated connections as an address had places, all from the admin's 127.0.0.1.
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+            let mut c = connect_from(&viewer, loopback(1)).await.expect("connects");
+            c.get_status(pb::GetStatusRequest {}).await.expect("a viewer connection within its places");
+            held.push(c);
+        }
+        // The admin's new connections from the same address find places of their own.
+        let mut admin = admin_answered(&addr).await;
+        let _second = admin_answered(&addr).await;
+        let text = metrics_of(&mut admin).await;
+        assert_eq!(closed(&text, "address_full"), 0.0, "{text}");
+        assert_eq!(closed(&text, "address_role_full"), 0.0, "{text}");
+        held[0].get_status(pb::GetStatusRequest {}).await.expect("the viewer's connections still answer");
+    });
+}
+
+#[test]
 fn one_viewer_token_holds_at_most_its_share_of_the_statistics_streams() {
     let (_s, addr, _) = serve_tcp_with_roles();
     rt().block_on(async {

@@ -140,6 +140,72 @@ fn a_kvm_payload_s_forged_count_is_a_claim_and_an_impossible_one_fails_the_run()
     assert!(c["handled_at_most"].as_u64().unwrap() < 10_000, "2 s at 1 kHz: {c}");
 }
 
+/// `rtcell ctl --connect unix:SOCK ARGS`: its stdout.
+fn ctl(sock: &Path, args: &[&str]) -> String {
+    let c = format!("unix:{}", sock.display());
+    let mut v = vec!["ctl", "--connect", c.as_str()];
+    v.extend_from_slice(args);
+    let o = common::run(&v);
+    if o.status.success() { String::from_utf8_lossy(&o.stdout).into_owned() } else { common::text(&o) }
+}
+
+/// The cell `ctrl` as `ctl status --json` shows it, once `done(run state, cell)` says so (at most 30 s).
+fn served_cell(sock: &Path, done: impl Fn(&str, &serde_json::Value) -> bool) -> serde_json::Value {
+    let t0 = std::time::Instant::now();
+    let mut seen = String::new();
+    loop {
+        let out = ctl(sock, &["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let cell = v["cells"].as_array().and_then(|c| c.iter().find(|c| c["name"] == "ctrl")).cloned();
+        match cell {
+            Some(c) if done(v["run"]["state"].as_str().unwrap_or_default(), &c) => return c,
+            Some(c) => seen = c.to_string(),
+            None => {}
+        }
+        let log = std::fs::read_to_string(sock.with_extension("log")).unwrap_or_default();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "not in 30 s; last seen {seen}, now {out}\n{log}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_kvm_payload_s_impossible_count_is_never_served_live_nor_at_the_end() {
+    let kvm = rtcell_kvm::kvm_status();
+    rtcell_testkit::require!(kvm.is_usable(), "{}", kvm.explain());
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let file = kvm_scenario(dir.path(), FORGER);
+    let sock = dir.path().join("gw.sock");
+    let out = dir.path().join("run");
+    let mut child = common::rtcell()
+        .args(["run", file.to_str().unwrap(), "--duration", "3s", "--out", out.to_str().unwrap()])
+        .args(["--serve", sock.to_str().unwrap(), "--linger", "20s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(sock.with_extension("log")).unwrap())
+        .spawn()
+        .unwrap();
+    let forged = 0x4141414141414141u64.to_string();
+    // While the run goes (the block is forged at step 500, 0.5 s in): unknown, never the forged count.
+    let live = served_cell(&sock, |run, c| run == "running" && c["handled"].is_null());
+    assert_eq!(live["handled_is"], "the cell's claim", "{live}");
+    let metrics = ctl(&sock, &["metrics"]);
+    assert!(!metrics.contains(&forged), "{metrics}");
+    assert!(!metrics.lines().any(|l| l.starts_with("rtcell_cell_handled_total{")), "no sample: {metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("rtcell_cell_handled_impossible{cell=\"ctrl\"") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    assert!(metrics.contains("# HELP rtcell_cell_handled Messages or steps the cell CLAIMS"), "{metrics}");
+    // Once the run has ended (the final snapshot, served while it lingers): still unknown, not 0.
+    let end = served_cell(&sock, |run, c| run != "running" && c["finished"] == true);
+    assert!(end["handled"].is_null(), "{end}");
+    let status = ctl(&sock, &["status"]);
+    assert!(!status.contains(&forged) && status.contains("unknown (impossible claim)"), "{status}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[test]
 fn an_honest_kvm_payload_s_count_is_shown_as_its_claim() {
     let kvm = rtcell_kvm::kvm_status();

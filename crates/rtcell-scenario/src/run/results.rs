@@ -106,41 +106,61 @@ pub struct CellResult {
     pub log_storm: Option<String>,
 }
 
+/// Steps of a period in `ns` (1% and two steps more, for the clocks and the edges).
+fn steps(ns: u64, period: u64) -> u64 {
+    let n = ns / period.max(1);
+    n + n / 100 + 2
+}
+
+fn nanos(elapsed: Duration) -> u64 {
+    elapsed.as_nanos().min(u128::from(u64::MAX)) as u64
+}
+
 /// The most cell `cell` can have handled in `elapsed`: a step per period of each of its tasks, or of
-/// its payload when its args give `period_ns` (1% and two steps more, for the clocks and the edges); for
-/// a service, twice what every task of the plan can have sent; anything else, one per nanosecond.
-pub(super) fn handled_bound(plan: &Plan, cell: &str, elapsed: Duration) -> u64 {
-    let ns = elapsed.as_nanos().min(u128::from(u64::MAX)) as u64;
-    let steps = |period: u64| {
-        let n = ns / period.max(1);
-        n + n / 100 + 2
-    };
-    let own: u64 = plan.tasks.iter().filter(|t| t.cell.as_deref() == Some(cell)).map(|t| steps(t.spec.period_ns)).sum();
+/// its payload when its args give `period_ns` (see [`payload_handled_bound`]); for a service, twice
+/// what every task of the plan can have sent; anything else, one per nanosecond.
+pub(crate) fn handled_bound(plan: &Plan, cell: &str, elapsed: Duration) -> u64 {
+    let ns = nanos(elapsed);
+    let own: u64 =
+        plan.tasks.iter().filter(|t| t.cell.as_deref() == Some(cell)).map(|t| steps(ns, t.spec.period_ns)).sum();
     match plan.cells.iter().find(|c| c.name == cell).map(|c| &c.role) {
         Some(CellRole::Controller { .. }) => {
-            plan.tasks.iter().map(|t| steps(t.spec.period_ns)).sum::<u64>().saturating_mul(2)
+            plan.tasks.iter().map(|t| steps(ns, t.spec.period_ns)).sum::<u64>().saturating_mul(2)
         }
-        Some(CellRole::Payload { args, .. }) => {
-            let period = crate::plan::payload_args::arg_pairs(args)
-                .find(|(k, _)| *k == "period_ns")
-                .and_then(|(_, v)| v.parse::<u64>().ok());
-            period.map_or(ns, |p| own.saturating_add(steps(p)))
-        }
+        Some(CellRole::Payload { args, .. }) => own.saturating_add(payload_handled_bound(args, elapsed)),
         _ => own + 2,
     }
 }
 
-/// A cell's claim of what it handled, checked against [`handled_bound`]: an impossible one is an error
+/// The most a kvm payload started with `args` can have handled in `elapsed`: a step per `period_ns` when
+/// its args give one (1% and two steps more), else one per nanosecond.
+pub fn payload_handled_bound(args: &str, elapsed: Duration) -> u64 {
+    let ns = nanos(elapsed);
+    crate::plan::payload_args::arg_pairs(args)
+        .find(|(k, _)| *k == "period_ns")
+        .and_then(|(_, v)| v.parse::<u64>().ok())
+        .map_or(ns, |p| steps(ns, p))
+}
+
+/// The one check of a cell's claim of what it handled (its control block's count, which the cell
+/// writes): the claim when it is possible (at most `bound`, see [`handled_bound`]), `None` when it is
+/// not (the block was scribbled: the figure is unknown and never shown). Every place that shows the
+/// count (the run's report, the live and final snapshots observers read, deployed cells) goes through it.
+pub fn possible_claim(claim: u64, bound: u64) -> Option<u64> {
+    (claim <= bound).then_some(claim)
+}
+
+/// A cell's claim of what it handled, checked by [`possible_claim`]: an impossible one is an error
 /// of the run naming the cell (its control block was scribbled) and is not shown.
 pub(super) fn checked_handled(cell: &str, claim: u64, bound: u64, errors: &mut Vec<String>) -> Option<u64> {
-    if claim <= bound {
-        return Some(claim);
+    let checked = possible_claim(claim, bound);
+    if checked.is_none() {
+        errors.push(format!(
+            "cell {cell:?}'s control block was scribbled: it claims {claim} steps or messages handled where at \
+             most {bound} were possible (not shown)"
+        ));
     }
-    errors.push(format!(
-        "cell {cell:?}'s control block was scribbled: it claims {claim} steps or messages handled where at most \
-         {bound} were possible (not shown)"
-    ));
-    None
+    checked
 }
 
 /// Everything a run measured.

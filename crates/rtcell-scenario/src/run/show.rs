@@ -2,28 +2,34 @@
 //! draining of the rings nobody in the scenario receives from.
 
 use std::io::Write;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rtcell_cells::Cell;
 use rtcell_shm::RegionView;
 use rtcell_tasks::stats::{latency_channel, read_histogram};
 use rtcell_tasks::{TaskSpec, read_counters};
 
+use super::results::{handled_bound, possible_claim};
 use crate::live::CellSnapshot;
+use crate::plan::Plan;
 
-/// The cells' states for observers.
-pub(super) fn snapshot(cells: &mut [(Cell, Option<Duration>)]) -> Vec<CellSnapshot> {
+/// The cells' states for observers; what a cell claims it handled is checked against what it can have
+/// handled since `cells_t0` (an impossible claim is unknown, `None`).
+pub(super) fn snapshot(cells: &mut [(Cell, Option<Duration>)], plan: &Plan, cells_t0: Instant) -> Vec<CellSnapshot> {
     cells
         .iter_mut()
         .map(|(c, _)| {
             let st = c.status();
+            let claim = c.progress().1;
+            // The bound is taken after the claim was read: never smaller than when the cell wrote it.
+            let bound = handled_bound(plan, c.name(), cells_t0.elapsed());
             CellSnapshot {
                 name: c.name().to_string(),
                 kind: c.kind().to_string(),
                 cpu: c.cpu(),
                 finished: st.is_finished(),
                 status: st.to_string(),
-                handled: c.progress().1,
+                handled: possible_claim(claim, bound),
                 vm_exits: c.vm_exits().unwrap_or_default(),
             }
         })

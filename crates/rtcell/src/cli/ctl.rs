@@ -403,7 +403,7 @@ fn print_cells(cells: &[pb::CellState]) {
             c.cpu.to_string(),
             c.origin.clone(),
             c.status.clone(),
-            c.handled.to_string(),
+            c.handled.map_or("unknown (impossible claim)".into(), |n| n.to_string()),
             if c.kind == "kvm" { exits.to_string() } else { "-".into() },
         ]);
     }
@@ -503,7 +503,7 @@ fn hist_json(h: &Option<pb::Histogram>) -> serde_json::Value {
 fn cells_json(cells: &[pb::CellState]) -> serde_json::Value {
     cells
         .iter()
-        .map(|c| serde_json::json!({ "name": c.name, "kind": c.kind, "cpu": c.cpu, "status": c.status, "finished": c.finished, "handled": c.handled, "vm_exits": c.vm_exits, "origin": c.origin }))
+        .map(|c| serde_json::json!({ "name": c.name, "kind": c.kind, "cpu": c.cpu, "status": c.status, "finished": c.finished, "handled": c.handled, "handled_is": "the cell's claim", "vm_exits": c.vm_exits, "origin": c.origin }))
         .collect()
 }
 

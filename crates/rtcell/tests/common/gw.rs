@@ -51,12 +51,27 @@ workload = { kind = "spin", us = 5 }
 output = "out"
 params = ["op.limit", "op.enable"]
 
+[signals."op.slow"]
+values = 1
+writable = true
+type = "i64"
+min = -1000
+max = 1000
+
 [tasks.side]
 cell = "linux"
 period_us = 2000
 priority = 70
 workload = { kind = "spin", us = 5 }
 params = ["op.count"]
+
+# A slow reader: a write of its signal waits up to 200 ms for the acknowledgement.
+[tasks.slow]
+cell = "linux"
+period_us = 200000
+priority = 60
+workload = { kind = "spin", us = 5 }
+params = ["op.slow"]
 "#;
 
 /// A gateway process; killed (and waited for) on drop.
