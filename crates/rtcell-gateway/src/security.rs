@@ -110,8 +110,12 @@ pub struct Audit {
     refusals: crate::tally::Tally,
     /// Tests: run between a rotation's rename and its reopening (to plant something there).
     #[cfg(test)]
-    between: Mutex<Option<Box<dyn FnOnce(&Path) + Send>>>,
+    between: Mutex<Option<BetweenHook>>,
 }
+
+/// Tests: what runs between a rotation's rename and its reopening.
+#[cfg(test)]
+type BetweenHook = Box<dyn FnOnce(&Path) + Send>;
 
 /// The open audit log file, its size, the size at which it is rotated, and why it can no longer be
 /// written (see [`Audit::writable`]).

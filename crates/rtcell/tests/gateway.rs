@@ -201,7 +201,7 @@ fn the_api_over_the_unix_socket_monitors_writes_and_reports() {
         cancelled
     });
     // Every write is in the audit log with who did it (refusals within a second, in aggregate).
-    let audit = s.audit_until(|a| a.contains("\"action\":\"write\"") && a.contains("\"ok\":false"));
+    let audit = s.audit_until(|a| a.lines().any(|l| l.contains("\"action\":\"write\"") && l.contains("\"ok\":false")));
     // The write whose client gave up after its value was written is in the log, as done.
     let cancelled = cancelled.expect("in 10 tries, no write was cancelled while it waited for its acknowledgement");
     let line = format!("\"signal\":\"op.slow\",\"values\":[{{\"i64\":{cancelled}}}]");

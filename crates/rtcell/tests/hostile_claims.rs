@@ -178,13 +178,16 @@ fn a_kvm_payload_s_impossible_count_is_never_served_live_nor_at_the_end() {
     let file = kvm_scenario(dir.path(), FORGER);
     let sock = dir.path().join("gw.sock");
     let out = dir.path().join("run");
-    let mut child = common::rtcell()
-        .args(["run", file.to_str().unwrap(), "--duration", "3s", "--out", out.to_str().unwrap()])
-        .args(["--serve", sock.to_str().unwrap(), "--linger", "20s"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(sock.with_extension("log")).unwrap())
-        .spawn()
-        .unwrap();
+    // Killed when the test ends, passed or failed: a run left lingering would hold the cell CPU.
+    let _child = KillOnDrop(
+        common::rtcell()
+            .args(["run", file.to_str().unwrap(), "--duration", "3s", "--out", out.to_str().unwrap()])
+            .args(["--serve", sock.to_str().unwrap(), "--linger", "20s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(sock.with_extension("log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let forged = 0x4141414141414141u64.to_string();
     // While the run goes (the block is forged at step 500, 0.5 s in): unknown, never the forged count.
     let live = served_cell(&sock, |run, c| run == "running" && c["handled"].is_null());
@@ -200,10 +203,19 @@ fn a_kvm_payload_s_impossible_count_is_never_served_live_nor_at_the_end() {
     // Once the run has ended (the final snapshot, served while it lingers): still unknown, not 0.
     let end = served_cell(&sock, |run, c| run != "running" && c["finished"] == true);
     assert!(end["handled"].is_null(), "{end}");
-    let status = ctl(&sock, &["status"]);
-    assert!(!status.contains(&forged) && status.contains("unknown (impossible claim)"), "{status}");
-    let _ = child.kill();
-    let _ = child.wait();
+    let stats = ctl(&sock, &["stats"]);
+    assert!(!stats.contains(&forged) && stats.contains("unknown (impossible claim)"), "{stats}");
+    assert!(!ctl(&sock, &["status"]).contains(&forged));
+}
+
+/// A child process killed and reaped when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]

@@ -295,12 +295,12 @@ fn write_layouts(
     let json_path = cfg.out_dir.join("latency.json");
     let werr = |p: &PathBuf, e: std::io::Error| BenchError::Other(format!("cannot write {}: {e}", p.display()));
     let mut buf = Vec::new();
-    histfile::write_hist(&mut buf, &header, &columns).map_err(|e| werr(&hist_path, e))?;
+    histfile::write_hist(&mut buf, &header, columns).map_err(|e| werr(&hist_path, e))?;
     rtcell_host::outdir::write_own(&cfg.out_dir, "latency.hist", &buf).map_err(|e| werr(&hist_path, e))?;
     let (start, end) = (histfile::rfc2822_utc(ctx.started), histfile::rfc2822_utc(ctx.ended));
     let version = format!("rtcell {}", env!("CARGO_PKG_VERSION"));
     let jrun = histfile::JsonRun { cmdline: &cfg.command, version: &version, start_time: &start, end_time: &end };
-    let json_text = serde_json::to_string_pretty(&histfile::json(&jrun, &columns))
+    let json_text = serde_json::to_string_pretty(&histfile::json(&jrun, columns))
         .map_err(|e| BenchError::Other(format!("latency JSON: {e}")))?;
     rtcell_host::outdir::write_own(&cfg.out_dir, "latency.json", (json_text + "\n").as_bytes())
         .map_err(|e| werr(&json_path, e))?;
