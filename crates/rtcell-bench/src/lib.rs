@@ -43,6 +43,29 @@ impl SuiteRun {
     pub fn attach_load_reports(&mut self) {
         rtcell_loads::attach_reports_to(&mut self.suite, &mut self.warnings, &mut self.text);
     }
+
+    /// A run stopped early (Ctrl-C, a failure) keeps what was measured, never a series that had not yet
+    /// taken its first sample: such a series is left out, and a warning says which and why. Error counts
+    /// are kept (an empty series with errors is a measurement, not an interruption). Returns how many
+    /// were left out.
+    pub fn drop_unmeasured_series(&mut self) -> usize {
+        if !self.incomplete && self.failure.is_none() {
+            return 0;
+        }
+        let (kept, dropped): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.suite.series).into_iter().partition(|s| s.stats.count > 0 || s.errors > 0);
+        self.suite.series = kept;
+        for s in &dropped {
+            let labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            self.warnings.push(format!(
+                "{} series {} ({}) was stopped before its first sample and is left out",
+                self.suite.suite,
+                s.name,
+                labels.join(", ")
+            ));
+        }
+        dropped.len()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -87,5 +110,36 @@ pub fn release_thread() {
     let _ = rtcell_host::sched::set_normal();
     if let Ok(all) = rtcell_host::cpu::online_cpus() {
         let _ = rtcell_host::cpu::pin_current_thread_to(&all);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rtcell_report::{Kind, Series, Suite, Unit};
+
+    fn run_with(samples: &[&[f64]], incomplete: bool) -> SuiteRun {
+        let series = samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let labels = [("n".to_string(), i.to_string())].into_iter().collect();
+                Series::from_samples("x", labels, Unit::Ns, Kind::Latency, s.to_vec(), 0)
+            })
+            .collect();
+        let suite = Suite { suite: "t".into(), config: serde_json::json!({}), series };
+        SuiteRun { suite, text: String::new(), warnings: vec![], incomplete, errors: 0, failure: None }
+    }
+
+    #[test]
+    fn an_interrupted_run_leaves_out_only_series_without_a_sample() {
+        let mut run = run_with(&[&[1.0, 2.0], &[]], true);
+        assert_eq!(run.drop_unmeasured_series(), 1);
+        assert_eq!(run.suite.series.len(), 1);
+        assert!(run.warnings[0].contains("series x (n=1) was stopped before its first sample"), "{:?}", run.warnings);
+        // A complete run is left as it is: an empty series there is a finding, not an interruption.
+        let mut run = run_with(&[&[1.0], &[]], false);
+        assert_eq!(run.drop_unmeasured_series(), 0);
+        assert_eq!(run.suite.series.len(), 2);
     }
 }

@@ -246,6 +246,10 @@ fn measure_all(
                 }
                 let chain = buf.link(bytes / LINE, pattern == Pattern::Random, cfg.seed ^ bytes as u64);
                 let (ticks, stopped) = chase::measure(buf, chain, cfg.samples_for(bytes), &stop_requested);
+                if ticks.is_empty() {
+                    // Stopped before this size's first batch: no point, rather than one with no reads.
+                    return Ok(true);
+                }
                 let ns: Vec<f64> = ticks.iter().map(|&t| tsc.ticks_to_ns(t) / BATCH as f64).collect();
                 let mut sorted = ns.clone();
                 sorted.sort_by(f64::total_cmp);

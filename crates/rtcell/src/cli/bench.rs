@@ -145,6 +145,7 @@ pub(super) fn execute(
             }
         };
         run.attach_load_reports();
+        run.drop_unmeasured_series();
         session.results.warnings.extend(run.warnings.iter().cloned());
         errors += run.errors;
         incomplete |= run.incomplete;
