@@ -129,18 +129,16 @@ fn ctrl_c_stops_cleanly_and_keeps_what_was_measured() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let child = rtcell()
-        .args(["bench", "loopback", "--iterations", "100000000", "--sizes", "0", "--cell", "thread", "--out"])
-        .arg(&out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    // SAFETY: sending SIGINT to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    // Interrupted 1.5 s after the measurement starts (not after the process starts: calibration and the
+    // c2c floor come first and take longer on a loaded machine).
+    let (code, t) = interrupt_when(
+        rtcell()
+            .args(["bench", "loopback", "--iterations", "100000000", "--sizes", "0", "--cell", "thread", "--out"])
+            .arg(&out),
+        |l| l.starts_with("loopback: thread cell") && pause(1500),
+        libc::SIGINT,
+    );
+    assert_eq!(code, Some(130), "{t}");
     let doc = valid_results(&out);
     assert_eq!(doc["incomplete"], true);
     let rtt: Vec<_> = series(&doc).into_iter().filter(|s| s["name"] == "loopback_rtt").collect();

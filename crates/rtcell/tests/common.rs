@@ -162,3 +162,34 @@ pub fn run_scenario(scenario: &Path, args: &[&str], out: &Path) -> (Option<i32>,
         .expect("rtcell runs");
     (o.status.code(), text(&o))
 }
+
+/// Spawns `cmd` with piped output, waits until a line of its stderr satisfies `ready` (however slow the
+/// machine: no fixed sleep decides when), sends it `signal`, and returns its exit code and its stdout and
+/// stderr together. Panics, with what was printed, when stderr ends without such a line.
+pub fn interrupt_when(cmd: &mut Command, ready: impl Fn(&str) -> bool, signal: i32) -> (Option<i32>, String) {
+    use std::io::{BufRead, Read};
+    let mut child =
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("rtcell starts");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("piped stderr"));
+    let (mut seen, mut line) = (String::new(), String::new());
+    while stderr.read_line(&mut line).expect("stderr reads") > 0 {
+        seen.push_str(&line);
+        if ready(&line) {
+            // SAFETY: kill sends a signal to the child we spawned; it has no memory effects here.
+            unsafe { libc::kill(child.id() as i32, signal) };
+            stderr.read_to_string(&mut seen).expect("stderr reads");
+            let o = child.wait_with_output().expect("rtcell ends");
+            return (o.status.code(), format!("{}{seen}", String::from_utf8_lossy(&o.stdout)));
+        }
+        line.clear();
+    }
+    let o = child.wait_with_output().expect("rtcell ends");
+    panic!("stderr ended before the line to interrupt at: {}{seen}", String::from_utf8_lossy(&o.stdout));
+}
+
+/// Sleeps `ms` milliseconds and says yes: for an [`interrupt_when`] condition that waits a moment after
+/// its line.
+pub fn pause(ms: u64) -> bool {
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    true
+}

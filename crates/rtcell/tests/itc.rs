@@ -152,19 +152,16 @@ fn ctrl_c_stops_a_blocked_exchange_and_keeps_what_was_measured() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("itc");
-    let child = rtcell()
-        .args(["bench", "itc", "--mechanism", "mutex", "--sizes", "64", "--trigger", "periodic"])
-        .args(["--placement", "same-cpu", "--periodic-iterations", "1000000", "--period-us", "1000", "--out"])
-        .arg(&out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    // SAFETY: sending SIGINT to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    // Interrupted 1.5 s after the plan is printed (not after the process starts: calibration comes first).
+    let (code, t) = interrupt_when(
+        rtcell()
+            .args(["bench", "itc", "--mechanism", "mutex", "--sizes", "64", "--trigger", "periodic"])
+            .args(["--placement", "same-cpu", "--periodic-iterations", "1000000", "--period-us", "1000", "--out"])
+            .arg(&out),
+        |l| l.starts_with("itc: 1 mechanisms") && pause(1500),
+        libc::SIGINT,
+    );
+    assert_eq!(code, Some(130), "{t}");
     let doc = valid_results(&out);
     assert_eq!(doc["incomplete"], true);
     let rtt: Vec<_> = series(&doc).into_iter().filter(|s| s["name"] == "itc_rtt").collect();

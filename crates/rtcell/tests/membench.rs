@@ -138,36 +138,20 @@ fn a_tiny_run_has_a_series_per_size_pattern_and_interferer_count_labelled_from_s
 
 #[test]
 fn ctrl_c_keeps_what_was_measured() {
-    use std::io::{BufRead, Read};
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let mut child = rtcell()
-        .args(["bench", "membench", "--sizes", "32K,64M", "--pattern", "random", "--interferers", "0"])
-        .args(["--accesses", "1000000000", "--out"])
-        .arg(&out)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Interrupted once the first size is measured (its progress line), however slow the machine is: the
-    // second size (a billion reads) is still running then.
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0 {
-        seen.push_str(&line);
-        if line.contains("membench [  1/2]") {
-            break;
-        }
-        line.clear();
-    }
-    assert!(seen.contains("membench [  1/2]"), "no progress line for the first size: {seen}");
-    // SAFETY: sending SIGINT to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    stderr.read_to_string(&mut seen).unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}{seen}", String::from_utf8_lossy(&o.stdout));
+    // Interrupted once the first size is measured (its progress line): the second size (a billion reads)
+    // is still being prepared or measured then.
+    let (code, t) = interrupt_when(
+        rtcell()
+            .args(["bench", "membench", "--sizes", "32K,64M", "--pattern", "random", "--interferers", "0"])
+            .args(["--accesses", "1000000000", "--out"])
+            .arg(&out),
+        |l| l.contains("membench [  1/2]"),
+        libc::SIGINT,
+    );
+    assert_eq!(code, Some(130), "{t}");
     let doc = valid_results(&out);
     assert_eq!(doc["incomplete"], true);
     let s = series(&doc);

@@ -355,18 +355,24 @@ fn interrupt_writes_what_was_measured_marked_incomplete(signal: i32) {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
-    let child = rtcell()
-        .current_dir(repo())
-        .args(["run", "examples/plc.toml", "--duration", "30s", "--out", out.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(2500));
-    // SAFETY: kill sends a signal to the child we spawned; it has no memory effects here.
-    unsafe { libc::kill(child.id() as i32, signal) };
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    // Interrupted once the live view shows the ethercat task has run cycles.
+    let ran = |l: &str| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.get(3) == Some(&"ethercat") && f.get(4).and_then(|c| c.parse::<u64>().ok()).is_some_and(|c| c > 0)
+    };
+    let (code, t) = interrupt_when(
+        rtcell().current_dir(repo()).args([
+            "run",
+            "examples/plc.toml",
+            "--duration",
+            "30s",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        ran,
+        signal,
+    );
+    assert_eq!(code, Some(130), "{t}");
     let doc = valid_results(&out);
     assert_eq!(doc["incomplete"], true);
     let c = outcome_task(&doc, "ethercat")["cycles"].as_u64().unwrap();
