@@ -12,6 +12,7 @@ use std::ffi::c_void;
 use rtcell_control::{Controller64, DEFAULT_MODEL64};
 use rtcell_host::sched::{RtRequest, apply_rt};
 use rtcell_host::tsc::{TscClock, rdtsc_ordered};
+use rtcell_report::goal::Goal;
 use rtcell_report::table::{Table, fmt_ns};
 use rtcell_report::{Kind, Series, Suite, labels};
 use rtcell_shm::mapping::SharedMemory;
@@ -337,7 +338,7 @@ pub fn run(tsc: &TscClock, cfg: &CapiConfig) -> Result<SuiteRun, BenchError> {
     }
     let ratio = |a: &Series, b: &Series| if b.stats.median > 0.0 { a.stats.median / b.stats.median } else { f64::NAN };
     let (step_ratio, rtt_ratio) = (ratio(&series[0], &series[1]), ratio(&series[2], &series[3]));
-    let verdict = |r: f64| if r <= GOAL { "met" } else { "missed" };
+    let verdict = |r: f64| Goal::AtMost(GOAL).verdict(r);
     let mut text = format!(
         "C against Rust: the controller step on CPU {} (thread, SCHED_FIFO {}, interleaved), and a COM signal round trip CPU {} <-> CPU {} (ns)\n",
         cfg.cell_cpu,

@@ -8,6 +8,7 @@
 pub mod doc;
 pub mod error;
 pub mod export;
+pub mod goal;
 pub mod history;
 pub mod html;
 pub mod progress;

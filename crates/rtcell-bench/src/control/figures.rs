@@ -1,6 +1,10 @@
 //! A control run's figures: its series, labels and the report text with the speed summary.
 
 use super::*;
+use rtcell_report::goal::Goal;
+
+/// The offloaded round trip's goal: at most 1.1 x the cell's exec plus a loopback round trip.
+const OFFLOAD_GOAL: Goal = Goal::AtMost(1.1);
 
 /// A run reduced to its series and figures.
 pub(super) struct RunFigures {
@@ -193,7 +197,9 @@ fn speed_summary(runs: &[RunFigures], loopbacks: &[(CellKind, Series)]) -> Strin
             continue;
         };
         let (rt, ex) = (rtt.stats.median, r.exec.stats.median);
-        let ratio = |base: f64| if base > 0.0 { format!("{:.3} x", rt / base) } else { "-".into() };
+        let ratio = |base: f64| {
+            if base > 0.0 { format!("{:.3} x ({})", rt / base, OFFLOAD_GOAL.verdict(rt / base)) } else { "-".into() }
+        };
         let mut line =
             format!("  {} on {kind}: round trip {}, exec {}", r.precision, fmt_us(rt * 1000.0), fmt_us(ex * 1000.0));
         if let Some((_, lb)) = loopbacks.iter().find(|(k, _)| *k == kind) {
@@ -211,7 +217,7 @@ fn speed_summary(runs: &[RunFigures], loopbacks: &[(CellKind, Series)]) -> Strin
     }
     if !lines.is_empty() {
         out.push_str(
-            "\nOffloaded round trip / (cell exec + loopback round trip at the same size), medians of this run (goal <= 1.10); \
+            "\nOffloaded round trip / (cell exec + loopback round trip at the same size), medians of this run (goal <= 1.1, met or missed per line); \
              the loopback is measured in a phase of its own, the probe round trip interleaved with the steps in the same \
              cell (on a nested VM the outer hypervisor may place our vCPUs differently from one phase to the next):\n",
         );

@@ -1,6 +1,7 @@
 //! The itc suite's figures: its series per mechanism, placement and trigger, the report text, and the speed goal against the floors measured in the same run.
 
 use super::*;
+use rtcell_report::goal::Goal;
 
 /// Medians of the cross-CPU back-to-back cells, for the speed goal: (mechanism, bytes) -> median us.
 type Medians = BTreeMap<(Mechanism, usize), f64>;
@@ -311,10 +312,11 @@ fn speed_goal(cfg: &ItcConfig, medians: &Medians) -> (String, Vec<serde_json::Va
             (Some((m, k)), Some(r)) if r > 0.0 => {
                 let ratio = k / r;
                 text.push_str(&format!(
-                    "  best kernel mechanism at {size} B: {} (median {:.3} µs); rtcell ring polled: {:.3} µs; ratio {ratio:.1} x (goal >= 20 x)\n",
+                    "  best kernel mechanism at {size} B: {} (median {:.3} µs); rtcell ring polled: {:.3} µs; ratio {ratio:.1} x ({})\n",
                     m.as_str(),
                     k,
-                    r
+                    r,
+                    Goal::AtLeast(20.0).judge(ratio)
                 ));
                 json.push(serde_json::json!({
                     "bytes": size, "best_kernel_mechanism": m.as_str(), "kernel_median_us": k,

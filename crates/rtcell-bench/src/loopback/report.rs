@@ -1,6 +1,7 @@
 //! The loopback suite's figures: series per transport and size, the report text, and the speed goals as ratios of medians measured in the same run.
 
 use super::*;
+use rtcell_report::goal::Goal;
 
 pub(super) fn build(
     tsc: &TscClock,
@@ -215,23 +216,29 @@ fn speed_summary(medians: &[(String, &'static str, Option<Notify>, usize, f64)],
     let mut any = false;
     if let Some(t0) = find("thread", "ring", Some(Notify::Poll), 0) {
         if let Some(f) = floor_rtt_ns {
+            let r = t0 * 1000.0 / f;
             out.push_str(&format!(
-                "  thread cell 0 B round trip / c2c round trip: {:.2} x ({} us / {} us; goal <= 1.5)\n",
-                t0 * 1000.0 / f,
+                "  thread cell 0 B round trip / c2c round trip: {r:.2} x ({} us / {} us; {})\n",
                 fmt_us(t0 * 1000.0),
-                fmt_us(f)
+                fmt_us(f),
+                Goal::AtMost(1.5).judge(r)
             ));
             any = true;
         }
         if let Some(p0) = find("thread", "pipe", None, 0) {
+            let r = p0 / t0;
             out.push_str(&format!(
-                "  pipe 0 B round trip / thread cell 0 B round trip: {:.1} x faster (goal >= 20)\n",
-                p0 / t0
+                "  pipe 0 B round trip / thread cell 0 B round trip: {r:.1} x faster ({})\n",
+                Goal::AtLeast(20.0).judge(r)
             ));
             any = true;
         }
         if let Some(t1k) = find("thread", "ring", Some(Notify::Poll), 1024) {
-            out.push_str(&format!("  thread cell 1024 B / 0 B round trip: {:.2} x (goal <= 3)\n", t1k / t0));
+            let r = t1k / t0;
+            out.push_str(&format!(
+                "  thread cell 1024 B / 0 B round trip: {r:.2} x ({})\n",
+                Goal::AtMost(3.0).judge(r)
+            ));
             any = true;
         }
         if let Some(p) = find("process", "ring", Some(Notify::Poll), 0) {
@@ -239,7 +246,11 @@ fn speed_summary(medians: &[(String, &'static str, Option<Notify>, usize, f64)],
             any = true;
         }
         if let Some(k) = find("kvm", "ring", Some(Notify::Poll), 0) {
-            out.push_str(&format!("  kvm cell 0 B / thread cell 0 B round trip: {:.2} x (goal <= 1.15)\n", k / t0));
+            let r = k / t0;
+            out.push_str(&format!(
+                "  kvm cell 0 B / thread cell 0 B round trip: {r:.2} x ({})\n",
+                Goal::AtMost(1.15).judge(r)
+            ));
             any = true;
         }
     }
