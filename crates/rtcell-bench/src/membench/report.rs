@@ -4,6 +4,20 @@ use super::*;
 
 pub(super) fn report_text(cfg: &MembenchConfig, ctx: &Context, curves: &[Curve]) -> String {
     let mut out = String::new();
+    conditions(cfg, ctx, &mut out);
+    let slowdowns: Vec<(&Curve, &Curve)> = curves
+        .iter()
+        .filter(|c| c.interferers > 0)
+        .filter_map(|c| curves.iter().find(|b| b.interferers == 0 && b.pattern == c.pattern).map(|b| (c, b)))
+        .collect();
+    table(cfg, ctx, curves, &slowdowns, &mut out);
+    plateaus(curves, &mut out);
+    interference(ctx, &slowdowns, &mut out);
+    out
+}
+
+/// What the figures are and under which conditions: the method, the cell CPU, the load, the caches.
+fn conditions(cfg: &MembenchConfig, ctx: &Context, out: &mut String) {
     let cpus = |c: &[usize]| rtcell_host::cpu::format_cpu_list(c);
     out.push_str(&format!(
         "\nMembench (seed 004 Fig. 5): read latency against working-set size, ns per read, median of each working \
@@ -43,19 +57,16 @@ pub(super) fn report_text(cfg: &MembenchConfig, ctx: &Context, curves: &[Curve])
             list.join(", ")
         ));
     }
+}
 
-    // The table: one row per working set; per curve its median and plateau; slowdowns under interference.
+/// The table: one row per working set; per curve its median and plateau; slowdowns under interference.
+fn table(cfg: &MembenchConfig, ctx: &Context, curves: &[Curve], slowdowns: &[(&Curve, &Curve)], out: &mut String) {
     let mut headers = vec!["working set".to_string(), "fits in".to_string()];
     for c in curves {
         headers.push(format!("{} {}i ns", c.pattern.as_str(), c.interferers));
         headers.push("plateau".to_string());
     }
-    let slowdowns: Vec<(&Curve, &Curve)> = curves
-        .iter()
-        .filter(|c| c.interferers > 0)
-        .filter_map(|c| curves.iter().find(|b| b.interferers == 0 && b.pattern == c.pattern).map(|b| (c, b)))
-        .collect();
-    for (c, _) in &slowdowns {
+    for (c, _) in slowdowns {
         headers.push(format!("{} {}i/0i", c.pattern.as_str(), c.interferers));
     }
     let header_refs: Vec<&str> = headers.iter().map(String::as_str).collect();
@@ -69,7 +80,7 @@ pub(super) fn report_text(cfg: &MembenchConfig, ctx: &Context, curves: &[Curve])
             row.push(c.median_at(bytes).map_or("-".into(), |m| format!("{m:.2}")));
             row.push(c.label_at(bytes).unwrap_or("-").to_string());
         }
-        for (c, base) in &slowdowns {
+        for (c, base) in slowdowns {
             row.push(match (c.median_at(bytes), base.median_at(bytes)) {
                 (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
                 _ => "-".into(),
@@ -80,7 +91,10 @@ pub(super) fn report_text(cfg: &MembenchConfig, ctx: &Context, curves: &[Curve])
     t.right_align(0);
     out.push_str(&t.render());
     out.push('\n');
+}
 
+/// The plateaus found on each curve and the steps between them.
+fn plateaus(curves: &[Curve], out: &mut String) {
     out.push_str(&format!(
         "Plateaus (latency flat within {:.0}% over at least an octave; named after the smallest cache holding \
          their working sets, from sysfs):\n",
@@ -129,10 +143,14 @@ pub(super) fn report_text(cfg: &MembenchConfig, ctx: &Context, curves: &[Curve])
              CPU than sysfs says (shared with other cores, or with other virtual machines on this host)\n"
         ));
     }
+}
 
+/// The worst slowdown per curve under interference, what the interferers copied, and seed 004's figures
+/// (another platform).
+fn interference(ctx: &Context, slowdowns: &[(&Curve, &Curve)], out: &mut String) {
     if !slowdowns.is_empty() {
         out.push_str("Interference (median with N interferers / median without, same working set):\n");
-        for (c, base) in &slowdowns {
+        for (c, base) in slowdowns {
             let worst = c
                 .points
                 .iter()
@@ -154,5 +172,4 @@ pub(super) fn report_text(cfg: &MembenchConfig, ctx: &Context, curves: &[Curve])
              x11 random, between 1 and 6 MiB\n",
         );
     }
-    out
 }
