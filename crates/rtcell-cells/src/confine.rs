@@ -1,4 +1,4 @@
-//! What a process cell may not do, enforced by the kernel: two seccomp filters and a smaller capability
+//! What a process cell may not do, enforced by the kernel: three seccomp filters and a smaller capability
 //! bounding set, and rtcell itself made non-dumpable.
 //!
 //! 1. **No process of its own** ([`Filter::no_fork`], installed in the child before it executes the cell, or the
@@ -18,7 +18,31 @@
 //!    `mount`, `umount2`, `pivot_root` and the new mount API: in a user namespace of its own a cell
 //!    mounted a FUSE file system it served itself and then blocked in the kernel beyond SIGKILL's reach),
 //!    `userfaultfd`, and `prlimit64` on any process but itself are `EPERM`.
-//! 3. **No way into rtcell's memory through /proc**: the capabilities in [`DROPPED_CAPS`] (`CAP_SYS_PTRACE`
+//!    Also refused (`EPERM`), because they let a cell make its harness measure false times (a cell
+//!    patched the vDSO's `clock_gettime` and trapped the harness's `rdtsc`, hiding 40 overruns and a
+//!    watchdog trip): `prctl(PR_SET_TSC, ...)` (makes `rdtsc` trap to a signal handler of the cell, which
+//!    then chooses the harness's execution times); `prctl(PR_SET_SECCOMP, ...)` (a filter of its own
+//!    with `SECCOMP_RET_TRAP` would let a signal handler of the cell answer the system calls the harness
+//!    makes; the `seccomp` call itself is refused by filter 3); `io_uring_setup`, `io_uring_enter` and
+//!    `io_uring_register` (the calls an io_uring carries out are not seen by seccomp filters);
+//!    `mremap` with `MREMAP_FIXED` (would move a page of the cell's code over the harness's code or
+//!    the vDSO); `shmat` with `SHM_EXEC` (a new executable mapping).
+//! 3. **No new code once the C libraries are loaded** ([`Filter::no_new_code`], installed by the cell
+//!    process once it has loaded every C library its tasks name, before any task thread starts, any
+//!    init or step runs): `mmap`, `mprotect` and `pkey_mprotect` with `PROT_EXEC` in their protection,
+//!    and `seccomp` (no filter of its own, see above). Nothing may become executable: no patched vDSO or
+//!    harness code made executable again, no code of the cell's own mapped where the harness runs. The
+//!    harness needs no executable mapping after that point (thread stacks are not executable; the
+//!    libraries stay loaded, `RTLD_NODELETE`, so the task threads' own `dlopen` of the same file only
+//!    finds them). Constructors of the libraries run before it, under filter 2 only; before installing
+//!    it (on every thread) the cell checks that they added no filter of their own and wrote over no code
+//!    ([`patched_code`]: a private page in an executable mapping), and it checks the code again at the
+//!    end of the run.
+//!    Not refused: opening files for writing. `/proc/self/mem` can write over read-only and executable
+//!    pages of the cell's own process, but the path is behind a pointer a filter cannot read, and C
+//!    tasks legitimately write files (logs, notes), so a refusal of every write-open would break them:
+//!    this stays a stated limit (see the README).
+//! 4. **No way into rtcell's memory through /proc**: the capabilities in [`DROPPED_CAPS`] (`CAP_SYS_PTRACE`
 //!    among them) leave the bounding set of the cell before it executes, and rtcell makes itself
 //!    non-dumpable ([`protect_parent`]), so `/proc/<rtcell>/mem` and its descriptors need a capability the
 //!    cell no longer has.
@@ -26,6 +50,10 @@
 //! Filters are inherited by threads and kept across `execve`, and cannot be removed; `PR_SET_NO_NEW_PRIVS`
 //! (required to install one without CAP_SYS_ADMIN) also keeps a set-user-ID program from lifting them.
 //! A kernel without seccomp filters makes starting a process cell fail, never run unfiltered.
+//! Arguments: `struct seccomp_data` holds each argument as a 64-bit word, at 16 + 8 * i; on a
+//! little-endian machine (x86_64, aarch64) its low 32 bits are at that offset (the `ARG*_LOW`
+//! constants). Every argument checked here (a `prctl` option, `prot`, `flags`, `shmflg`, a pid) is a C
+//! `int` or its bits are all in the low half, so the filters look at the low half alone.
 //! What stays: a cell runs as rtcell's user, with that user's files and signals (see the README).
 //! Why hand-written BPF rather than a crate (seccompiler): the programs are a few dozen instructions, need
 //! two different errnos in one filter, and must be installed between fork and exec without allocating.
@@ -42,12 +70,14 @@ const FORKS: &[libc::c_long] = &[libc::SYS_fork, libc::SYS_vfork];
 #[cfg(target_arch = "aarch64")]
 const FORKS: &[libc::c_long] = &[];
 
-/// Offsets in `struct seccomp_data`: the call number, the ABI, the low halves of the first and second
-/// arguments.
+/// Offsets in `struct seccomp_data`: the call number, the ABI, the low halves of the first four
+/// arguments (argument i is a 64-bit word at 16 + 8 * i; little-endian: its low half comes first).
 const NR: u32 = 0;
 const AUDIT_ARCH: u32 = 4;
 const ARG0_LOW: u32 = 16;
 const ARG1_LOW: u32 = 24;
+const ARG2_LOW: u32 = 32;
+const ARG3_LOW: u32 = 40;
 /// x32 system calls carry this bit in their number.
 const X32_BIT: u32 = 0x4000_0000;
 
@@ -103,6 +133,18 @@ fn on_arg(nr: libc::c_long, offset: u32, value: u32, refuse_equal: bool) -> [lib
         jump(libc::BPF_JEQ, nr as u32, 0, 3),
         load(offset),
         jump(libc::BPF_JEQ, value, jt, jf),
+        ret(errno(libc::EPERM)),
+        load(NR),
+    ]
+}
+
+/// Refuses call `nr` (the call number loaded) with `EPERM` when the low half of the argument at `offset`
+/// has any bit of `mask` set; anything else goes on with the call number loaded again.
+fn on_arg_bits(nr: libc::c_long, offset: u32, mask: u32) -> [libc::sock_filter; 5] {
+    [
+        jump(libc::BPF_JEQ, nr as u32, 0, 3),
+        load(offset),
+        jump(libc::BPF_JSET, mask, 0, 1),
         ret(errno(libc::EPERM)),
         load(NR),
     ]
@@ -172,6 +214,10 @@ impl Filter {
             libc::SYS_mount_setattr,
             // Page faults served by the cell itself.
             libc::SYS_userfaultfd,
+            // System calls carried out by the kernel from a ring, unseen by seccomp.
+            libc::SYS_io_uring_setup,
+            libc::SYS_io_uring_enter,
+            libc::SYS_io_uring_register,
         ] {
             p.extend(refuse(nr, libc::EPERM));
         }
@@ -180,6 +226,14 @@ impl Filter {
         // prctl: PR_SET_DUMPABLE refused (made non-dumpable by `lock_down`: a dump of a root cell would run
         // the core_pattern helper, which it can set, as a process outside its run).
         p.extend(on_arg0(libc::SYS_prctl, libc::PR_SET_DUMPABLE as u32, true));
+        // prctl: PR_SET_TSC refused (rdtsc trapped to the cell's handler: false execution times), and
+        // PR_SET_SECCOMP (a filter of its own that traps the harness's system calls).
+        p.extend(on_arg0(libc::SYS_prctl, libc::PR_SET_TSC as u32, true));
+        p.extend(on_arg0(libc::SYS_prctl, libc::PR_SET_SECCOMP as u32, true));
+        // mremap with MREMAP_FIXED (flags, the fourth argument): a page moved over the harness's code.
+        p.extend(on_arg_bits(libc::SYS_mremap, ARG3_LOW, libc::MREMAP_FIXED as u32));
+        // shmat with SHM_EXEC (shmflg, the third argument): a new executable mapping.
+        p.extend(on_arg_bits(libc::SYS_shmat, ARG2_LOW, libc::SHM_EXEC as u32));
         // ioctl: typing into a terminal (TIOCSTI) or the console (TIOCLINUX): a cell that reached rtcell's
         // terminal typed a command line the shell ran after the run.
         p.extend(on_arg(libc::SYS_ioctl, ARG1_LOW, libc::TIOCSTI as u32, true));
@@ -191,9 +245,31 @@ impl Filter {
         Filter { program: p }
     }
 
+    /// Filter 3: nothing becomes executable any more, and no filter of the cell's own.
+    pub fn no_new_code() -> Filter {
+        let mut p = prologue();
+        p.extend(refuse(libc::SYS_seccomp, libc::EPERM));
+        // prot is the third argument of all three.
+        for nr in [libc::SYS_mmap, libc::SYS_mprotect, libc::SYS_pkey_mprotect] {
+            p.extend(on_arg_bits(nr, ARG2_LOW, libc::PROT_EXEC as u32));
+        }
+        p.push(ret(libc::SECCOMP_RET_ALLOW));
+        Filter { program: p }
+    }
+
     /// Installs the filter on the calling thread (and what it executes and creates from then on).
     /// Async-signal-safe: fit for a `pre_exec` closure.
     pub fn install(&self) -> std::io::Result<()> {
+        self.install_with(0)
+    }
+
+    /// Installs the filter on every thread of the process (`SECCOMP_FILTER_FLAG_TSYNC`): a thread a
+    /// library's constructor left running gets it too, and one with a filter of its own makes it fail.
+    pub fn install_on_all_threads(&self) -> std::io::Result<()> {
+        self.install_with(libc::SECCOMP_FILTER_FLAG_TSYNC)
+    }
+
+    fn install_with(&self, flags: libc::c_ulong) -> std::io::Result<()> {
         let prog = libc::sock_fprog {
             len: self.program.len() as libc::c_ushort,
             filter: self.program.as_ptr() as *mut libc::sock_filter,
@@ -204,10 +280,14 @@ impl Filter {
         }
         // SAFETY: `prog` points at our program, alive for the call; the kernel copies it.
         let r = unsafe {
-            libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &prog as *const libc::sock_fprog)
+            libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, flags, &prog as *const libc::sock_fprog)
         };
-        if r != 0 {
+        if r < 0 {
             return Err(std::io::Error::last_os_error());
+        }
+        if r > 0 {
+            // TSYNC: thread `r` has a filter that is not one of ours.
+            return Err(std::io::Error::other(format!("thread {r} has a seccomp filter of its own")));
         }
         Ok(())
     }
@@ -222,6 +302,49 @@ pub fn lock_down() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Filter::lockdown().install()
+}
+
+/// The number of seccomp filters on the calling thread (`Seccomp_filters` in its status), if the kernel
+/// says.
+pub fn filter_count() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Seccomp_filters:"))?;
+    line.trim().parse().ok()
+}
+
+/// An executable mapping of this process with a page of its own (`Anonymous` in `/proc/self/smaps`):
+/// code or vDSO written over since it was mapped (after `mprotect` or through `/proc/self/mem`), or a
+/// library with text relocations. `Ok(None)`: every executable page is still the one mapped.
+pub fn patched_code() -> std::io::Result<Option<String>> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps")?;
+    let mut exec: Option<&str> = None;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or_default();
+        if first.contains('-') && !first.ends_with(':') {
+            exec = words.next().filter(|perms| perms.contains('x')).map(|_| line);
+        } else if let (Some(mapping), "Anonymous:") = (exec, first) {
+            if words.next().is_some_and(|kb| kb != "0") {
+                return Ok(Some(mapping.to_string()));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// What a process cell does once it loaded its C libraries (`filters`: [`filter_count`] before them),
+/// before any of their code runs in a task: checks that their constructors added no filter of their own
+/// and wrote over no code, then installs [`Filter::no_new_code`] on every thread.
+pub fn seal_code(filters: Option<u64>) -> Result<(), String> {
+    if filter_count() != filters {
+        return Err("a C library's constructor installed a seccomp filter of its own".into());
+    }
+    match patched_code() {
+        Ok(None) => {}
+        Ok(Some(m)) => return Err(format!("code was written over while the C libraries loaded: {m}")),
+        Err(e) => return Err(format!("cannot read the cell's mappings: {e}")),
+    }
+    Filter::no_new_code().install_on_all_threads().map_err(|e| format!("cannot confine the cell (seccomp): {e}"))
 }
 
 /// Capabilities a process cell never has (dropped from its bounding set before it executes): tracing
@@ -375,5 +498,98 @@ mod tests {
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(libc::WIFEXITED(status), "status {status:#x}");
         assert_eq!(libc::WEXITSTATUS(status), 0, "see the return codes in the child");
+    }
+
+    /// In a forked child: after the lockdown and [`Filter::no_new_code`], nothing becomes executable and
+    /// nothing measures the harness's time falsely; data mappings, `mprotect` without `PROT_EXEC` and an
+    /// `mremap` that lets the kernel choose still work.
+    #[test]
+    fn a_sealed_process_makes_nothing_executable_and_traps_no_clock() {
+        let (lockdown, sealed) = (Filter::lockdown(), Filter::no_new_code());
+        // SAFETY: the child only runs the checks below and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: system calls on memory the child maps itself; nothing here is dereferenced.
+            let code = unsafe { sealed_checks(&lockdown, &sealed) };
+            // SAFETY: leaving the forked child without running the parent's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child we forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "status {status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "see the return codes in `sealed_checks`");
+    }
+
+    /// Whether the last call failed with `EPERM`.
+    fn eperm() -> bool {
+        std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+
+    /// The checks of [`a_sealed_process_makes_nothing_executable_and_traps_no_clock`], in the child: 0
+    /// when all hold.
+    ///
+    /// # Safety
+    /// Only in a forked child, which it confines for good.
+    unsafe fn sealed_checks(lockdown: &Filter, sealed: &Filter) -> i32 {
+        // SAFETY: the caller's contract; every call below is on memory the child maps itself or has
+        // integer arguments only.
+        unsafe {
+            if lockdown.install().is_err() || sealed.install_on_all_threads().is_err() {
+                return 40;
+            }
+            let rw = libc::PROT_READ | libc::PROT_WRITE;
+            let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            let page = libc::mmap(std::ptr::null_mut(), 8192, rw, anon, -1, 0);
+            if page == libc::MAP_FAILED {
+                return 41;
+            }
+            if libc::mprotect(page, 4096, rw | libc::PROT_EXEC) != -1 || !eperm() {
+                return 42;
+            }
+            if libc::mprotect(page, 4096, libc::PROT_READ) != 0 {
+                return 43;
+            }
+            if libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_EXEC, anon, -1, 0)
+                != libc::MAP_FAILED
+                || !eperm()
+            {
+                return 44;
+            }
+            if libc::syscall(libc::SYS_pkey_mprotect, page, 4096, libc::PROT_EXEC, -1) != -1 || !eperm() {
+                return 45;
+            }
+            let target = (page as *mut u8).add(4096) as *mut libc::c_void;
+            let fixed = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+            if libc::mremap(page, 4096, 4096, fixed, target) != libc::MAP_FAILED || !eperm() {
+                return 46;
+            }
+            if libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_SIGSEGV) != -1 || !eperm() {
+                return 47;
+            }
+            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) != -1 || !eperm() {
+                return 48;
+            }
+            if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_STRICT, 0, 0) != -1 || !eperm() {
+                return 49;
+            }
+            let mut params = [0u8; 120];
+            if libc::syscall(libc::SYS_io_uring_setup, 4, params.as_mut_ptr()) != -1 || !eperm() {
+                return 50;
+            }
+            if libc::shmat(-1, std::ptr::null(), libc::SHM_EXEC) as isize != -1 || !eperm() {
+                return 51;
+            }
+            // Still allowed: its own limits, reading the timestamp mode, a move the kernel places.
+            let mut mode = 0;
+            if libc::prctl(libc::PR_GET_TSC, &mut mode as *mut i32) != 0 || mode != libc::PR_TSC_ENABLE {
+                return 52;
+            }
+            if libc::mremap(page, 4096, 8192, libc::MREMAP_MAYMOVE, 0) == libc::MAP_FAILED {
+                return 53;
+            }
+            0
+        }
     }
 }

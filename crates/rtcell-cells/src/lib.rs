@@ -114,6 +114,11 @@ pub enum CellStatus {
     Starting,
     Running,
     Done(i32),
+    /// A process cell that ended as asked with a task's watchdog tripped: its process's exit code (the
+    /// harness's verdict, `process::exit::TRIPPED`), not the control block's.
+    Tripped {
+        exit_code: i32,
+    },
     Faulted(String),
     /// The process was killed by a signal.
     Killed {
@@ -135,6 +140,9 @@ impl std::fmt::Display for CellStatus {
             CellStatus::Starting => write!(f, "starting"),
             CellStatus::Running => write!(f, "running"),
             CellStatus::Done(c) => write!(f, "done (exit code {c})"),
+            CellStatus::Tripped { exit_code } => {
+                write!(f, "tripped: a task's watchdog tripped (exit code {exit_code})")
+            }
             CellStatus::Faulted(m) => write!(f, "faulted: {m}"),
             CellStatus::Killed { signal, name } => write!(f, "killed by signal {signal} ({name})"),
             CellStatus::Stopped => write!(f, "stopped"),

@@ -166,8 +166,32 @@ pub fn process_cell_main(fd: i32, parent: u32, spec_json: &str) -> i32 {
     // Libraries stay loaded (closing one runs its destructors) and the process ends with `_exit`: no
     // exit handler or destructor of the user's code runs after the tasks wrote their final figures.
     rtcell_tasks::cwork::keep_libraries_loaded();
+    if let Err(why) = load_code(&spec) {
+        ctl.finish(CellState::Faulted, 1, &why);
+        end_now(exit::FAULTED);
+    }
     let code = cell_body(&spec, &region, &ctl);
+    // Code written over during the run (through /proc/self/mem: nothing can be made executable) is
+    // code that may have changed how the harness measured: its record is not to be trusted.
+    if let Ok(Some(m)) = confine::patched_code() {
+        ctl.finish(CellState::Faulted, 1, &format!("code of the cell's process was written over during the run: {m}"));
+        end_now(exit::FAULTED);
+    }
     end_now(code)
+}
+
+/// Loads every C library the cell's tasks name (their constructors run now), then forbids new code
+/// ([`confine::seal_code`]): from then on nothing in the process becomes executable.
+fn load_code(spec: &CellSpec) -> Result<(), String> {
+    let filters = confine::filter_count();
+    if let WorkloadSpec::TaskSet { tasks } = &spec.workload {
+        for t in tasks {
+            if let rtcell_tasks::TaskWork::C { library, .. } = &t.work {
+                rtcell_tasks::cwork::preload(library).map_err(|e| format!("task {:?}: {e}", t.name))?;
+            }
+        }
+    }
+    confine::seal_code(filters)
 }
 
 /// Exit codes of a process cell. Once user code is loaded, the harness ends the process with `_exit`
@@ -248,6 +272,8 @@ pub(crate) fn judge_exit(
         other => Some(format!("ended with exit code {other}, which its harness never ends with")),
     };
     match why {
+        // The process's own exit status and the harness's outcome, not the control block's code.
+        None if code == exit::TRIPPED => plain(CellStatus::Tripped { exit_code: code }),
         None => plain(reported),
         Some(why) => Ended { status: CellStatus::Faulted(why.clone()), disowned: Some(why) },
     }

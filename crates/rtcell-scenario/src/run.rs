@@ -411,7 +411,8 @@ pub fn run_observed(
         }
         for (c, _) in cells.iter_mut() {
             let st = c.status();
-            if st.is_finished() && !matches!(st, CellStatus::Done(0) | CellStatus::Stopped) {
+            if st.is_finished() && !matches!(st, CellStatus::Done(0) | CellStatus::Tripped { .. } | CellStatus::Stopped)
+            {
                 let msg = format!("cell {:?} ({}, CPU {}) {st}", c.name(), c.kind(), c.cpu());
                 if !errors.contains(&msg) {
                     eprintln!("error: {msg}; the other cells go on");
@@ -483,7 +484,7 @@ pub fn run_observed(
                 watch.disown(&t.spec.name, &format!("cell {name:?} {why}"), &mut errors);
             }
         }
-        if !matches!(rep.status, CellStatus::Done(_) | CellStatus::Stopped) {
+        if !matches!(rep.status, CellStatus::Done(_) | CellStatus::Tripped { .. } | CellStatus::Stopped) {
             let msg = format!("cell {name:?} ({kind}, CPU {cpu}) {}", rep.status);
             if !errors.contains(&msg) {
                 errors.push(msg);

@@ -46,6 +46,17 @@ pub fn keep_libraries_loaded() {
     KEEP_LOADED.store(true, Ordering::Relaxed);
 }
 
+/// Loads the shared object at `path` for the rest of the process (`RTLD_NODELETE`), which runs its
+/// constructors, and looks nothing up: a process cell loads every C library before it forbids new code
+/// (no executable mapping after that); [`CLibrary::open`] of the same file then finds it loaded.
+pub fn preload(path: &str) -> Result<(), String> {
+    // SAFETY: as in `CLibrary::open`: loading runs the library's constructors, the user's code of a task
+    // of this cell.
+    let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL | libc::RTLD_NODELETE) };
+    // Closing the handle leaves the library loaded (RTLD_NODELETE).
+    lib.map(drop).map_err(|e| format!("cannot load {path}: {e}"))
+}
+
 fn symbol<T: Copy>(lib: &Library, path: &str, name: &str, what: &str) -> Result<T, String> {
     let c = CString::new(name).map_err(|_| format!("{what} symbol name {name:?} contains a NUL byte"))?;
     // SAFETY: the caller names the C type T of the symbol (a function pointer of the documented

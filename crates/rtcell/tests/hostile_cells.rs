@@ -414,3 +414,98 @@ fn a_process_cell_that_cannot_be_reaped_is_abandoned_and_named_and_the_run_still
     let doc = valid_results(&out).to_string();
     assert!(doc.contains(&msg), "results.json names it:\n{t}");
 }
+
+/// A process cell's C code trying, from its step (after its harness confined it), what would let it
+/// make its harness measure false times or run code of its own in the harness's place: an `rdtsc` that
+/// traps to it, a seccomp filter of its own, its own code page made writable and executable, a new
+/// executable mapping, a page moved over another, an io_uring (unseen by seccomp). Each result goes to
+/// DIR/sealed as `name return errno`. With `CTOR`, a constructor writes over a vDSO page (made writable
+/// while the libraries load) instead.
+const SEALED: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/seccomp.h>
+#include <linux/filter.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include "rtcell.h"
+static int n;
+static FILE *out;
+static void note(const char *name, long r) { fprintf(out, "%s %ld %d\n", name, r, r == -1 ? errno : 0); }
+#ifdef CTOR
+__attribute__((constructor)) static void patch_vdso(void) {
+    volatile unsigned char *v = (unsigned char *)getauxval(AT_SYSINFO_EHDR);
+    /* The whole vDSO (a special mapping is not split): its size in pages is tried. */
+    for (size_t len = 4096; v && len <= 65536; len += 4096)
+        if (mprotect((void *)v, len, PROT_READ | PROT_WRITE | PROT_EXEC) == 0) {
+            v[0] = v[0];
+            mprotect((void *)v, len, PROT_READ | PROT_EXEC);
+            break;
+        }
+}
+#endif
+void sealed_init(void) {}
+void sealed_step(void) {
+    double x = 1.0;
+    Com_SendSignal(1, &x);
+    if (++n != 5) return;
+    out = fopen("@DIR@/sealed", "w");
+    if (!out) return;
+    note("tsc", prctl(PR_SET_TSC, PR_TSC_SIGSEGV, 0, 0, 0));
+    prctl(PR_SET_TSC, PR_TSC_ENABLE, 0, 0, 0);
+    struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    struct sock_fprog prog = { 1, &allow };
+    note("seccomp", syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
+    uintptr_t code = (uintptr_t)sealed_step & ~(uintptr_t)4095;
+    note("mprotect", mprotect((void *)code, 4096, PROT_READ | PROT_WRITE | PROT_EXEC));
+    void *m = mmap(0, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    note("mmap", m == MAP_FAILED ? -1 : 0);
+    char *d = mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *r = d == MAP_FAILED ? MAP_FAILED : mremap(d, 4096, 4096, MREMAP_MAYMOVE | MREMAP_FIXED, d + 4096);
+    note("mremap", r == MAP_FAILED ? -1 : 0);
+    unsigned char params[120] = {0};
+    long u = syscall(SYS_io_uring_setup, 4, params);
+    note("io_uring", u < 0 ? -1 : 0);
+    fclose(out);
+}
+"#;
+
+/// Builds SEALED (with `-DCTOR` when `ctor`) and runs it in process cell `ctrl` (results in DIR/run).
+fn sealed_run(dir: &Path, ctor: bool) -> (Option<i32>, String) {
+    let src = SEALED.replace("@DIR@", &dir.display().to_string());
+    let src = if ctor { format!("#define CTOR 1\n{src}") } else { src };
+    let so = so(dir, "sealed", &src);
+    let file = c_task_scenario(dir, "process", &so, "sealed_init", "sealed_step");
+    run_scenario(&file, &[], &dir.join("run"))
+}
+
+#[test]
+fn a_process_cell_can_neither_trap_its_harness_s_clocks_nor_make_anything_executable() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (code, t) = sealed_run(dir.path(), false);
+    let doc = valid_results(&dir.path().join("run"));
+    let got = std::fs::read_to_string(dir.path().join("sealed")).unwrap_or_default();
+    let refused: Vec<&str> = got.lines().filter(|l| l.ends_with(&format!(" -1 {}", libc::EPERM))).collect();
+    for name in ["tsc", "seccomp", "mprotect", "mmap", "mremap", "io_uring"] {
+        assert!(refused.iter().any(|l| l.starts_with(&format!("{name} "))), "{name} refused with EPERM: {got:?}\n{t}");
+    }
+    assert_eq!(code, Some(0), "{t}");
+    assert_eq!(outcome_task(&doc, "ctrl")["state"], "done", "the task went on after the refusals:\n{t}");
+}
+
+#[test]
+fn a_process_cell_whose_library_writes_over_code_as_it_loads_is_faulted() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let (code, t) = sealed_run(dir.path(), true);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(t.contains("code was written over while the C libraries loaded"), "{t}");
+    assert!(t.contains("[vdso]"), "the mapping is named:\n{t}");
+    assert!(!dir.path().join("sealed").exists(), "no step ran:\n{t}");
+}

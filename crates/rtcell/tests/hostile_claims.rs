@@ -406,6 +406,8 @@ fn a_trip_a_library_destructor_rewrites_as_done_is_still_a_trip() {
     assert!(t.contains("error: task \"ctrl\": watchdog: 3 consecutive cycles above 1000.0 us"), "{t}");
     let c = outcome_task(&doc, "ctrl");
     assert_eq!(c["state"], "tripped", "the destructor never ran: {c}");
+    let line = t.lines().find(|l| l.starts_with("Cell \"ctrl\":")).unwrap_or_default();
+    assert!(line.contains("tripped: a task's watchdog tripped (exit code 4)"), "the process's exit code:\n{t}");
     assert!(c["trip_cycle"].as_u64().is_some(), "{c}");
 }
 
