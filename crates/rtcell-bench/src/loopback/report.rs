@@ -15,95 +15,12 @@ pub(super) fn build(
     let mut series = Vec::new();
     let mut text = String::new();
     let mut total_errors = 0;
-    let published = rtcell_report::published::for_metric("loopback_rtt");
-    let jailhouse = |size: usize| {
-        published
-            .iter()
-            .find(|r| r.payload_bytes == Some(size as u32) && r.condition == "idle" && r.platform.contains("Jailhouse"))
-    };
     // Medians for the speed summary: (cell, transport, notify, size) -> median us.
-    let mut medians: Vec<(String, &'static str, Option<Notify>, usize, f64)> = Vec::new();
+    let mut medians: Vec<Median> = Vec::new();
     for r in &runs {
-        let what = match r.notify {
-            Some(n) => format!("{} cell, ring, notify {}", r.cell, n.as_str()),
-            None => "Linux baseline: pipe pair, echo thread".to_string(),
-        };
-        text.push_str(&format!(
-            "\nLoopback round trip: {what}; master CPU {}, cell CPU {}, load {} (us, round trip, {} per size)\n",
-            cfg.master_cpu,
-            cfg.cell_cpu,
-            cfg.load.as_str(),
-            cfg.iterations
-        ));
-        let mut t = Table::new(&[
-            "bytes",
-            "min",
-            "mean",
-            "median",
-            "p99",
-            "p99.9",
-            "max",
-            "MB/s",
-            "errors",
-            "Jailhouse A7 mean",
-            "Jailhouse A7 max",
-        ]);
-        for s in &r.sizes {
-            let ser = series_us(tsc, "loopback_rtt", labels_for(cfg, r, s.size), Kind::RoundTrip, &s.ticks, s.errors);
-            total_errors += s.errors;
-            let st: Stats = ser.stats;
-            let secs = tsc.ticks_to_ns(s.elapsed_ticks) / 1e9;
-            // Payload bytes moved per second, both directions, over the whole timed loop.
-            let mbps = if secs > 0.0 { (2 * s.size * (s.ticks.len() + WARMUP)) as f64 / secs / 1e6 } else { 0.0 };
-            if secs > 0.0 && !s.ticks.is_empty() {
-                let mut thr = Series::from_samples(
-                    "loopback_throughput",
-                    labels_for(cfg, r, s.size),
-                    Unit::BytesPerS,
-                    Kind::Throughput,
-                    vec![mbps * 1e6],
-                    0,
-                );
-                thr.histogram = None;
-                series.push(thr);
-            }
-            let pubd = jailhouse(s.size);
-            t.row(vec![
-                s.size.to_string(),
-                fmt_us(st.min * 1000.0),
-                fmt_us(st.mean * 1000.0),
-                fmt_us(st.median * 1000.0),
-                fmt_us(st.p99 * 1000.0),
-                fmt_us(st.p999 * 1000.0),
-                fmt_us(st.max * 1000.0),
-                format!("{mbps:.1}"),
-                s.errors.to_string(),
-                pubd.and_then(|p| p.mean).map_or("-".into(), |v| format!("{v:.2}")),
-                pubd.and_then(|p| p.max).map_or("-".into(), |v| format!("{v:.2}")),
-            ]);
-            medians.push((r.cell.clone(), r.transport, r.notify, s.size, st.median));
-            series.push(ser);
-        }
-        text.push_str(&t.render());
-        text.push('\n');
+        total_errors += transport_table(tsc, cfg, r, &mut text, &mut series, &mut medians);
         vm_exits(cfg, r, &mut text, &mut series);
-        if let Some(st) = r.start_time {
-            text.push_str(&format!(
-                "{} cell start (spawn to first heartbeat): {:.3} ms\n",
-                r.cell,
-                st.as_secs_f64() * 1e3
-            ));
-            let mut s = Series::from_samples(
-                "cell_start",
-                labels!("cell" => r.cell, "cpu" => cfg.cell_cpu),
-                Unit::Us,
-                Kind::Latency,
-                vec![st.as_secs_f64() * 1e6],
-                0,
-            );
-            s.histogram = None;
-            series.push(s);
-        }
+        cell_start(cfg, r, &mut text, &mut series);
     }
     text.push_str(
         "Jailhouse A7 columns: seed 000 Table I, STM32MP157 Cortex-A7 cell under Jailhouse, idle, mean/max in us — another platform, for scale only.\n",
@@ -153,6 +70,108 @@ pub(super) fn build(
     let mut suite = Suite::new("loopback", config);
     suite.series = series;
     SuiteRun { suite, text, warnings, incomplete, errors: total_errors, failure: None }
+}
+
+/// A median for the speed summary: (cell, transport, notify, size, median us).
+type Median = (String, &'static str, Option<Notify>, usize, f64);
+
+/// One transport's table (a row per size, with seed 000's Jailhouse figures for scale) into `text`, its
+/// round-trip and throughput series into `series`, its medians into `medians`. Returns its errors.
+fn transport_table(
+    tsc: &TscClock,
+    cfg: &LoopbackConfig,
+    r: &TransportRun,
+    text: &mut String,
+    series: &mut Vec<Series>,
+    medians: &mut Vec<Median>,
+) -> u64 {
+    let mut errors = 0;
+    let published = rtcell_report::published::for_metric("loopback_rtt");
+    let jailhouse = |size: usize| {
+        published
+            .iter()
+            .find(|r| r.payload_bytes == Some(size as u32) && r.condition == "idle" && r.platform.contains("Jailhouse"))
+    };
+    let what = match r.notify {
+        Some(n) => format!("{} cell, ring, notify {}", r.cell, n.as_str()),
+        None => "Linux baseline: pipe pair, echo thread".to_string(),
+    };
+    text.push_str(&format!(
+        "\nLoopback round trip: {what}; master CPU {}, cell CPU {}, load {} (us, round trip, {} per size)\n",
+        cfg.master_cpu,
+        cfg.cell_cpu,
+        cfg.load.as_str(),
+        cfg.iterations
+    ));
+    let mut t = Table::new(&[
+        "bytes",
+        "min",
+        "mean",
+        "median",
+        "p99",
+        "p99.9",
+        "max",
+        "MB/s",
+        "errors",
+        "Jailhouse A7 mean",
+        "Jailhouse A7 max",
+    ]);
+    for s in &r.sizes {
+        let ser = series_us(tsc, "loopback_rtt", labels_for(cfg, r, s.size), Kind::RoundTrip, &s.ticks, s.errors);
+        errors += s.errors;
+        let st: Stats = ser.stats;
+        let secs = tsc.ticks_to_ns(s.elapsed_ticks) / 1e9;
+        // Payload bytes moved per second, both directions, over the whole timed loop.
+        let mbps = if secs > 0.0 { (2 * s.size * (s.ticks.len() + WARMUP)) as f64 / secs / 1e6 } else { 0.0 };
+        if secs > 0.0 && !s.ticks.is_empty() {
+            let mut thr = Series::from_samples(
+                "loopback_throughput",
+                labels_for(cfg, r, s.size),
+                Unit::BytesPerS,
+                Kind::Throughput,
+                vec![mbps * 1e6],
+                0,
+            );
+            thr.histogram = None;
+            series.push(thr);
+        }
+        let pubd = jailhouse(s.size);
+        t.row(vec![
+            s.size.to_string(),
+            fmt_us(st.min * 1000.0),
+            fmt_us(st.mean * 1000.0),
+            fmt_us(st.median * 1000.0),
+            fmt_us(st.p99 * 1000.0),
+            fmt_us(st.p999 * 1000.0),
+            fmt_us(st.max * 1000.0),
+            format!("{mbps:.1}"),
+            s.errors.to_string(),
+            pubd.and_then(|p| p.mean).map_or("-".into(), |v| format!("{v:.2}")),
+            pubd.and_then(|p| p.max).map_or("-".into(), |v| format!("{v:.2}")),
+        ]);
+        medians.push((r.cell.clone(), r.transport, r.notify, s.size, st.median));
+        series.push(ser);
+    }
+    text.push_str(&t.render());
+    text.push('\n');
+    errors
+}
+
+/// A cell's start time (spawn to first heartbeat), when measured: a line and a series.
+fn cell_start(cfg: &LoopbackConfig, r: &TransportRun, text: &mut String, series: &mut Vec<Series>) {
+    if let Some(st) = r.start_time {
+        text.push_str(&format!("{} cell start (spawn to first heartbeat): {:.3} ms\n", r.cell, st.as_secs_f64() * 1e3));
+        let mut s = Series::from_samples(
+            "cell_start",
+            labels!("cell" => r.cell, "cpu" => cfg.cell_cpu),
+            Unit::Us,
+            Kind::Latency,
+            vec![st.as_secs_f64() * 1e6],
+            0,
+        );
+        s.histogram = None;
+        series.push(s);
+    }
 }
 
 /// The kvm cell's VM exits during the measured round trips: lines into `text`, one series per size.
@@ -208,7 +227,7 @@ impl LoopbackConfig {
 }
 
 /// The speed goals as ratios of medians measured in this run.
-fn speed_summary(medians: &[(String, &'static str, Option<Notify>, usize, f64)], floor_rtt_ns: Option<f64>) -> String {
+fn speed_summary(medians: &[Median], floor_rtt_ns: Option<f64>) -> String {
     let find = |cell: &str, transport: &str, notify: Option<Notify>, size: usize| {
         medians.iter().find(|m| m.0 == cell && m.1 == transport && m.2 == notify && m.3 == size).map(|m| m.4)
     };
