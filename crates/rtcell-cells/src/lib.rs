@@ -186,6 +186,8 @@ pub struct CellReport {
     /// that ended early, or with an exit code its blocks contradict): nothing read from them is to be
     /// shown as the tasks' figures.
     pub disowned: Option<String>,
+    /// How long it ran (see [`Cell::ran_for`]): what it can have handled is bounded by this.
+    pub ran_for: Duration,
 }
 
 enum Runner {
@@ -203,6 +205,9 @@ pub struct Cell {
     dir: Arc<Directory>,
     runner: Runner,
     spawned_ns: u64,
+    /// When it was started, and when its end was first seen (see [`Cell::ran_for`]).
+    spawned_at: Instant,
+    end_seen: Option<Instant>,
     /// Guarantees the cell could not get (no SCHED_FIFO, no mlock), as it reported them.
     warnings: Vec<String>,
     stop_sent: bool,
@@ -273,6 +278,7 @@ impl Cell {
             .map_err(|source| CellError::NoControlBlock { cell: spec.name.clone(), source })?;
         let dir = Arc::new(dir);
         let spawned_ns = control::now_ns();
+        let spawned_at = Instant::now();
         let mut output = None;
         let runner = match spec.kind {
             CellKind::Thread => {
@@ -307,6 +313,8 @@ impl Cell {
             dir,
             runner,
             spawned_ns,
+            spawned_at,
+            end_seen: None,
             warnings,
             stop_sent: false,
             output,
@@ -367,9 +375,49 @@ impl Cell {
         .unwrap_or_else(|| CellStatus::Faulted("control block no longer readable".into()))
     }
 
-    /// Current status; notices a finished thread or an exited or killed process.
+    /// Current status; notices a finished thread, an exited or killed process or an ended VM. The
+    /// moment its end is first seen is kept (see [`Cell::ran_for`]); a kvm cell that ends itself before
+    /// its tasks could have ended, no stop asked, ended early (as a process cell does, see
+    /// [`process::judge_exit`]).
     pub fn status(&mut self) -> CellStatus {
+        if let Some(e) = &self.ended {
+            return e.status.clone();
+        }
+        let status = self.observed_status();
+        if status.is_finished() && self.end_seen.is_none() {
+            let kvm_end = match &self.runner {
+                Runner::Kvm(Some(k)) => k.ended_at(),
+                _ => None,
+            };
+            self.end_seen = Some(kvm_end.unwrap_or_else(Instant::now));
+            if matches!((&self.runner, &status), (Runner::Kvm(_), CellStatus::Done(_))) && self.early() {
+                let why = "ended early: its VM ended by itself, as done, before its tasks could have ended and \
+                           before a stop was asked"
+                    .to_string();
+                let ended = process::Ended { status: CellStatus::Faulted(why.clone()), disowned: Some(why) };
+                self.ended = Some(ended.clone());
+                return ended.status;
+            }
+        }
+        status
+    }
+
+    /// No stop was asked and its tasks cannot have ended yet (see [`Cell::expect_end_after`]).
+    fn early(&self) -> bool {
+        !self.stop_sent && control::now_ns() < self.end_after_ns.unwrap_or(u64::MAX)
+    }
+
+    /// How long the cell has run: from its start to the moment its end was first seen (for a kvm cell,
+    /// when its monitor saw the VM end), frozen there; until now while it runs. What it can have done
+    /// (its claim of what it handled) is bounded by this, never by the time since it started.
+    pub fn ran_for(&mut self) -> Duration {
+        let _ = self.status();
+        self.end_seen.unwrap_or_else(Instant::now).saturating_duration_since(self.spawned_at)
+    }
+
+    fn observed_status(&mut self) -> CellStatus {
         let reported = self.reported_status();
+        let early = self.early();
         match &mut self.runner {
             Runner::Thread(h) => {
                 let finished = h.as_ref().is_none_or(|h| h.is_finished());
@@ -378,11 +426,9 @@ impl Cell {
                 }
                 reported
             }
-            Runner::Process(_) if self.ended.is_some() => self.ended.as_ref().map_or(reported, |e| e.status.clone()),
             Runner::Process(None) => reported,
             Runner::Process(Some(child)) => match child.try_wait() {
                 Ok(Some(st)) => {
-                    let early = !self.stop_sent && control::now_ns() < self.end_after_ns.unwrap_or(u64::MAX);
                     let region = self.dir.view(self.shm.words());
                     let ended = process::judge_exit(&self.spec, &region, st, reported, early);
                     self.ended = Some(ended.clone());
@@ -555,7 +601,9 @@ impl Cell {
                 }
             }
         }
+        // Read before the end is fixed: the bound is never smaller than when the cell wrote its claim.
         let (heartbeat, handled) = self.progress();
+        let ran_for = self.ran_for();
         let disowned = self.disowned().map(String::from);
         CellReport {
             name: self.spec.name.clone(),
@@ -565,6 +613,7 @@ impl Cell {
             heartbeat,
             handled,
             disowned,
+            ran_for,
         }
     }
 

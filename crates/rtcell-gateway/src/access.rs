@@ -405,7 +405,7 @@ where
                 self.conns.auth_failed(req.extensions());
                 let client = crate::conn::peer_of(req.extensions())
                     .map_or_else(|| format!("{:?}", self.on).to_lowercase(), |p| format!("tcp {}", p.ip()));
-                self.gateway.audit.refused(
+                self.gateway.audit.refused_unauthenticated(
                     &client,
                     "unauthenticated",
                     serde_json::json!({ "method": method }),

@@ -256,17 +256,7 @@ impl Conns {
                 .max_by_key(|(_, q)| (q.len(), std::cmp::Reverse(q.front().map_or(0, |e| e.0))))
                 .map(|(ip, _)| *ip);
             let Some(v) = victim else { return false };
-            if let Some(q) = p.by_ip.get_mut(&v)
-                && let Some((_, old)) = q.pop_front()
-            {
-                if q.is_empty() {
-                    p.by_ip.remove(&v);
-                }
-                p.n -= 1;
-                old.0.pending.store(false, Ordering::Release);
-                old.close();
-                self.closed.preauth_evicted.fetch_add(1, Ordering::Relaxed);
-            }
+            self.evict_oldest(&mut p, v);
         }
         p.seq += 1;
         let seq = p.seq;
@@ -274,6 +264,27 @@ impl Conns {
         p.n += 1;
         conn.0.pending.store(true, Ordering::Release);
         true
+    }
+
+    /// Closes the oldest unauthenticated connection of `ip` (one being admitted right now is passed
+    /// over, it is no longer pending) and returns its place among its address's (see [`Conns::guard`]).
+    fn evict_oldest(&self, p: &mut Pending, ip: IpAddr) -> Option<Share<IpAddr>> {
+        while let Some(q) = p.by_ip.get_mut(&ip) {
+            let old = q.pop_front().map(|(_, c)| c);
+            if q.is_empty() {
+                p.by_ip.remove(&ip);
+            }
+            let old = old?;
+            p.n = p.n.saturating_sub(1);
+            old.0.pending.store(false, Ordering::Release);
+            let place = old.0.preauth.lock().ok().and_then(|mut pre| pre.take());
+            if place.is_some() {
+                old.close();
+                self.closed.preauth_evicted.fetch_add(1, Ordering::Relaxed);
+                return place;
+            }
+        }
+        None
     }
 
     /// No longer among the unauthenticated connections (admitted, or gone).
@@ -295,7 +306,10 @@ impl Conns {
         p.n = p.n.saturating_sub(1);
     }
 
-    /// Guards an accepted connection, or `None` (counted) if its address already has the most open.
+    /// Guards an accepted connection, or `None` (counted) if no place can be made for it. When its
+    /// address's unauthenticated places are all taken, it takes the place of the address's oldest
+    /// unauthenticated connection (closed): whoever else shares the address cannot keep a client of it
+    /// out by holding connections open without authenticating.
     pub fn guard<S>(
         self: &Arc<Self>,
         io: S,
@@ -304,7 +318,11 @@ impl Conns {
     ) -> Option<Guarded<S>> {
         let conn = Conn::default();
         if let Some(p) = peer {
-            let Some(s) = self.per_ip.take(p.ip()) else {
+            let place = self.per_ip.take(p.ip()).or_else(|| {
+                let mut pending = self.pending.lock().ok()?;
+                self.evict_oldest(&mut pending, p.ip())
+            });
+            let Some(s) = place else {
                 self.closed.address_full.fetch_add(1, Ordering::Relaxed);
                 return None;
             };

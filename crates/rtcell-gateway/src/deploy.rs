@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rtcell_cells::{Cell, CellKind, CellSpec, VmOptions, WorkloadSpec};
 use rtcell_scenario::run::{payload_handled_bound, possible_claim};
@@ -35,17 +35,16 @@ struct Deployed {
     stored_at: PathBuf,
     /// The region holding its control block: it must outlive the cell.
     _shm: Arc<SharedMemory>,
-    /// Its args (a `period_ns` there bounds what it can have handled) and when it was started.
+    /// Its args: a `period_ns` there bounds what it can have handled in the time it ran.
     args: String,
-    started: Instant,
 }
 
 impl Deployed {
     /// What the cell claims it handled, if possible in the time it has run (`None`: impossible, unknown).
-    fn handled(&self) -> Option<u64> {
+    fn handled(&mut self) -> Option<u64> {
         let claim = self.cell.progress().1;
         // The bound is taken after the claim was read: never smaller than when the cell wrote it.
-        possible_claim(claim, payload_handled_bound(&self.args, self.started.elapsed()))
+        possible_claim(claim, payload_handled_bound(&self.args, self.cell.ran_for()))
     }
 }
 
@@ -178,7 +177,6 @@ impl Deployer {
             },
             vm: VmOptions::default(),
         };
-        let started = Instant::now();
         let mut cell = Cell::start(spec, Arc::clone(&shm))
             .map_err(|e| forget(Status::failed_precondition(format!("cell {name:?}: {e}"))))?;
         if let Err(e) = cell.wait_running(START_TIMEOUT) {
@@ -193,7 +191,6 @@ impl Deployer {
             stored_at: stored,
             _shm: shm,
             args: req.args.clone(),
-            started,
         };
         let info = describe(&name, &d, None);
         self.cells.lock().map_err(|_| Status::internal("deployed cells poisoned"))?.insert(name, d);

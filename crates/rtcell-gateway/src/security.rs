@@ -194,10 +194,17 @@ impl Audit {
         self.path.as_deref()
     }
 
-    /// A refusal (any call that failed): a client can repeat one in a loop, so it is counted, and
-    /// written with the others of the last second by [`Audit::flush_refusals`] ([`crate::tally`]).
+    /// A refusal (any call that failed) of an authenticated client: a client can repeat one in a loop,
+    /// so it is counted, and written with the others of the last second by [`Audit::flush_refusals`]
+    /// ([`crate::tally`]), always on a line naming the client.
     pub fn refused(&self, client: &str, action: &str, what: serde_json::Value, result: &Status) {
-        self.refusals.add(client, action, bounded(what), result);
+        self.refusals.add(client, true, action, bounded(what), result);
+    }
+
+    /// A refusal of a client nobody identified (`address`): counted as [`Audit::refused`], but only the
+    /// largest counts of such addresses get lines of their own.
+    pub fn refused_unauthenticated(&self, address: &str, action: &str, what: serde_json::Value, result: &Status) {
+        self.refusals.add(address, false, action, bounded(what), result);
     }
 
     /// Writes the refusals counted since the last call (the gateway calls it every

@@ -275,7 +275,7 @@ where
                 g.counters.request(method, code);
                 if outside && code != tonic::Code::Ok {
                     let status = tonic::Status::new(code, "no such service");
-                    g.audit.refused(&client, "refused", serde_json::json!({ "method": path }), &status);
+                    g.audit.refused_unauthenticated(&client, "refused", serde_json::json!({ "method": path }), &status);
                 }
             }
             r

@@ -1,8 +1,11 @@
 //! Refusals audited in aggregate: a client that is refused in a loop (a wrong token, a call above its
-//! role, a write over its rate or out of range) adds to a count, and the counts are written once per [`FLUSH_EVERY`], at most [`MAX_LINES`]
-//! lines (the largest counts), the rest in one line for all other clients. Nothing is held back for
-//! later, so every refusal is in the log within a second, and a flood of refusals from any number of
-//! clients writes at most [`MAX_LINES`] + 1 lines a second.
+//! role, a write over its rate or out of range) adds to a count, and the counts are written once per
+//! [`FLUSH_EVERY`]. Refusals of authenticated clients come first: every such client has a line of its
+//! own (their number is bounded by the tokens and certificates the gateway accepts), with up to
+//! [`MAX_LINES`] more for their other counts, so no amount of noise without a credential hides who
+//! made a refused call. Unauthenticated addresses get at most [`MAX_LINES`] lines (the largest counts);
+//! the rest is one line for all other clients. Nothing is held back for later, so every refusal is in
+//! the log within a second.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,8 +20,8 @@ pub const MAX_LINES: usize = 16;
 /// Distinct (client, action, what) counted between two flushes; refusals beyond go to the sum line.
 const MAX_KEYS: usize = 4096;
 
-/// (client, action, what as JSON text, refusal code).
-type Key = (String, String, String, tonic::Code);
+/// (authenticated, client, action, what as JSON text, refusal code).
+type Key = (bool, String, String, String, tonic::Code);
 
 /// One key's refusals since the last flush.
 struct Count {
@@ -43,10 +46,11 @@ struct Counts {
 pub type Line = (String, String, serde_json::Value, Status);
 
 impl Tally {
-    /// One refusal of `client` (text of ours: an address or an identity), for `action`, `what`.
-    pub fn add(&self, client: &str, action: &str, what: serde_json::Value, result: &Status) {
+    /// One refusal of `client` (text of ours: an identity when `authenticated`, else an address), for
+    /// `action`, `what`.
+    pub fn add(&self, client: &str, authenticated: bool, action: &str, what: serde_json::Value, result: &Status) {
         let Ok(mut c) = self.counts.lock() else { return };
-        let key = (client.to_string(), action.to_string(), what.to_string(), result.code());
+        let key = (authenticated, client.to_string(), action.to_string(), what.to_string(), result.code());
         if let Some(e) = c.by_key.get_mut(&key) {
             e.n += 1;
         } else if c.by_key.len() < MAX_KEYS {
@@ -56,21 +60,34 @@ impl Tally {
         }
     }
 
-    /// Takes the counts since the last flush as lines: the [`MAX_LINES`] largest, then one
-    /// `("(other clients)", "refused", {"count": N, "clients": K})` for the rest, if any.
+    /// Takes the counts since the last flush as lines: authenticated clients first (the largest count
+    /// of each, then their [`MAX_LINES`] largest others), then the [`MAX_LINES`] largest of unauthenticated
+    /// addresses, then one `("(other clients)", "refused", {"count": N, "clients": K})` for the rest, if any.
     pub fn take(&self) -> Vec<Line> {
         let Ok(mut c) = self.counts.lock() else { return Vec::new() };
         let unkeyed = std::mem::take(&mut c.unkeyed);
         let mut all: Vec<(Key, Count)> = c.by_key.drain().collect();
         drop(c);
         all.sort_by(|a, b| {
-            let key = |k: &Key| (k.0.clone(), k.1.clone(), k.2.clone(), k.3 as i32);
-            b.1.n.cmp(&a.1.n).then_with(|| key(&a.0).cmp(&key(&b.0)))
+            let key = |k: &Key| (k.1.clone(), k.2.clone(), k.3.clone(), k.4 as i32);
+            b.0.0.cmp(&a.0.0).then_with(|| b.1.n.cmp(&a.1.n)).then_with(|| key(&a.0).cmp(&key(&b.0)))
         });
-        let rest = all.split_off(all.len().min(MAX_LINES));
-        let mut lines: Vec<Line> = all
+        let (mut named, mut rest) = (Vec::new(), Vec::new());
+        let (mut seen, mut more, mut unauthenticated) = (std::collections::HashSet::new(), 0, 0);
+        for (k, c) in all {
+            let name = if k.0 {
+                let first = seen.insert(k.1.clone());
+                more += usize::from(!first);
+                first || more <= MAX_LINES
+            } else {
+                unauthenticated += 1;
+                unauthenticated <= MAX_LINES
+            };
+            if name { named.push((k, c)) } else { rest.push((k, c)) }
+        }
+        let mut lines: Vec<Line> = named
             .into_iter()
-            .map(|((client, action, _, _), mut c)| {
+            .map(|((_, client, action, _, _), mut c)| {
                 if let serde_json::Value::Object(o) = &mut c.what {
                     o.insert("count".into(), c.n.into());
                 } else {
@@ -96,7 +113,7 @@ impl Tally {
             }
             let codes: serde_json::Map<String, serde_json::Value> =
                 codes.into_iter().map(|(n, name)| (name.to_string(), n.into())).collect();
-            let clients = rest.iter().map(|(k, _)| k.0.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+            let clients = rest.iter().map(|(k, _)| k.1.as_str()).collect::<std::collections::BTreeSet<_>>().len();
             lines.push((
                 "(other clients)".into(),
                 "refused".into(),
@@ -118,7 +135,13 @@ mod tests {
         let no = Status::unauthenticated("wrong bearer token");
         for a in 0..100u32 {
             for _ in 0..=a {
-                t.add(&format!("tcp 10.0.0.{a}"), "unauthenticated", serde_json::json!({ "method": "GetStatus" }), &no);
+                t.add(
+                    &format!("tcp 10.0.0.{a}"),
+                    false,
+                    "unauthenticated",
+                    serde_json::json!({ "method": "GetStatus" }),
+                    &no,
+                );
             }
         }
         let lines = t.take();
@@ -137,12 +160,30 @@ mod tests {
     }
 
     #[test]
+    fn an_authenticated_client_s_refusal_is_named_whatever_the_noise_without_a_credential() {
+        let t = Tally::default();
+        let no = Status::unauthenticated("wrong bearer token");
+        for a in 0..40u32 {
+            for _ in 0..10 {
+                t.add(&format!("tcp 10.9.0.{a}"), false, "unauthenticated", serde_json::json!({ "m": "x" }), &no);
+            }
+        }
+        let denied = Status::permission_denied("needs the operator role");
+        t.add("tcp 10.8.0.1 token sha256:ab", true, "denied", serde_json::json!({ "m": "StartScenario" }), &denied);
+        let lines = t.take();
+        assert_eq!(lines.len(), MAX_LINES + 2);
+        assert_eq!(lines[0].0, "tcp 10.8.0.1 token sha256:ab", "authenticated refusals first");
+        assert_eq!(lines[0].3.code(), tonic::Code::PermissionDenied);
+        assert_eq!(lines[MAX_LINES + 1].2["clients"], 40 - MAX_LINES);
+    }
+
+    #[test]
     fn each_refusal_keeps_its_own_code() {
         let t = Tally::default();
         let what = || serde_json::json!({ "signal": "s" });
-        t.add("uid 0", "write", what(), &Status::not_found("no run"));
+        t.add("uid 0", true, "write", what(), &Status::not_found("no run"));
         for _ in 0..3 {
-            t.add("uid 0", "write", what(), &Status::resource_exhausted("rate"));
+            t.add("uid 0", true, "write", what(), &Status::resource_exhausted("rate"));
         }
         let lines = t.take();
         assert_eq!(lines.len(), 2);
@@ -155,7 +196,7 @@ mod tests {
         let t = Tally::default();
         let no = Status::permission_denied("x");
         for k in 0..MAX_KEYS as u64 + 10 {
-            t.add("tcp 10.0.0.1", "denied", serde_json::json!({ "k": k }), &no);
+            t.add("tcp 10.0.0.1", true, "denied", serde_json::json!({ "k": k }), &no);
         }
         let lines = t.take();
         let total: u64 = lines.iter().map(|l| l.2["count"].as_u64().unwrap()).sum();

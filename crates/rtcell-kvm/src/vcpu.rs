@@ -249,6 +249,6 @@ fn record_end(m: &Machine, shared: &Shared, name: &str, end: VmEnd) {
         }
     }
     if let Ok(mut e) = shared.end.lock() {
-        *e = Some(end);
+        *e = Some((end, Instant::now()));
     }
 }

@@ -100,7 +100,8 @@ pub struct KvmConfig {
 pub(crate) struct Shared {
     pub(crate) kick: Kicker,
     pub(crate) watchdog: watchdog::Verdict,
-    pub(crate) end: Mutex<Option<VmEnd>>,
+    /// How the VM ended and when the monitor saw it end.
+    pub(crate) end: Mutex<Option<(VmEnd, Instant)>>,
     pub(crate) log: GuestLog,
     pub(crate) finished: AtomicBool,
 }
@@ -188,7 +189,12 @@ impl KvmCell {
 
     /// How the VM ended, once it has.
     pub fn end(&self) -> Option<VmEnd> {
-        self.shared.end.lock().ok().and_then(|e| e.clone())
+        self.shared.end.lock().ok().and_then(|e| e.as_ref().map(|(end, _)| end.clone()))
+    }
+
+    /// When the monitor saw the VM end (its vCPU left the run loop), once it has.
+    pub fn ended_at(&self) -> Option<Instant> {
+        self.shared.end.lock().ok().and_then(|e| e.as_ref().map(|(_, at)| *at))
     }
 
     /// Lines the payload logged: the guest's text, each capped and escaped (one printable line); show

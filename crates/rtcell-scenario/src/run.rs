@@ -265,8 +265,7 @@ pub fn run_observed(
     }
 
     // Cells.
-    // What a cell can have handled is bounded by the time since it was started.
-    let cells_t0 = Instant::now();
+    // What a cell can have handled is bounded by the time it ran (`Cell::ran_for`).
     let mut cells: Vec<(Cell, Option<Duration>)> = Vec::new();
     for c in &plan.cells {
         let workload = match &c.role {
@@ -360,7 +359,7 @@ pub fn run_observed(
         }
     }
     let live = Arc::new(Live::new(plan.clone(), tsc_khz, Arc::clone(&run_region)));
-    live.set_cells(snapshot(&mut cells, plan, cells_t0));
+    live.set_cells(snapshot(&mut cells, plan));
     observe(Arc::clone(&live));
     let stop = || stop() || live.stop_requested();
     let steal0 = steal_jiffies();
@@ -394,7 +393,7 @@ pub fn run_observed(
         std::thread::sleep(TICK);
         ticks += 1;
         if ticks % SNAPSHOT_TICKS == 0 {
-            live.set_cells(snapshot(&mut cells, plan, cells_t0));
+            live.set_cells(snapshot(&mut cells, plan));
         }
         drain(&mut sinks);
         dir_guard.check(&mut errors);
@@ -470,14 +469,14 @@ pub fn run_observed(
     }
     linux_stop.store(true, Ordering::Relaxed);
     let mut cell_results = Vec::new();
-    live.set_cells(snapshot(&mut cells, plan, cells_t0));
+    live.set_cells(snapshot(&mut cells, plan));
     for (c, start) in cells {
         let exits = c.vm_exits();
         let (name, kind, cpu) = (c.name().to_string(), c.kind(), c.cpu());
         let (log, log_kept, log_storm) = (c.log_tail(), c.logs().len() as u64, c.log_storm());
         let log_suppressed = c.logs_suppressed();
         let rep = c.stop(Duration::from_secs(3));
-        let handled_bound = handled_bound(plan, &name, cells_t0.elapsed());
+        let handled_bound = handled_bound(plan, &name, rep.ran_for);
         let handled = checked_handled(&name, rep.handled, handled_bound, &mut errors);
         for t in plan.tasks.iter().filter(|t| t.cell.as_deref() == Some(name.as_str())) {
             if let Some(why) = &rep.disowned {

@@ -163,6 +163,24 @@ fn a_viewer_s_connections_from_the_admin_s_address_never_lock_the_admin_out() {
 }
 
 #[test]
+fn silent_sockets_from_the_admin_s_address_never_lock_the_admin_out() {
+    let (_s, addr, sa) = serve_tcp_with_roles();
+    rt().block_on(async {
+        // As many connections as an address has unauthenticated places, from the admin's 127.0.0.1,
+        // held open without a byte sent (no credential needed).
+        let mut silent = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+            silent.push(tcp_from(loopback(1), sa).await.expect("connects"));
+        }
+        let mut admin = admin_answered(&addr).await;
+        let text = metrics_of(&mut admin).await;
+        assert_eq!(closed(&text, "address_full"), 0.0, "{text}");
+        assert!(closed(&text, "preauth_evicted") >= 1.0, "the oldest silent one made room: {text}");
+        drop(silent);
+    });
+}
+
+#[test]
 fn one_viewer_token_holds_at_most_its_share_of_the_statistics_streams() {
     let (_s, addr, _) = serve_tcp_with_roles();
     rt().block_on(async {

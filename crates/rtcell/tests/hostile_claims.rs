@@ -435,3 +435,36 @@ fn a_process_cell_that_ends_itself_early_as_done_is_an_error() {
     assert_eq!(c["statistics_block"], "scribbled", "{c}");
     assert!(c["state"].is_null() && c["cycles"].is_null(), "{c}");
 }
+
+/// A payload that, at step 200 (0.2 s), claims 1500 steps handled (possible in the 2 s of the run, not
+/// in the time it ran) and ends itself as done (HC_DONE, exit code 0).
+const EARLY_CLAIM: &str = r#"
+static unsigned long steps;
+void pinit(void) {}
+void pstep(void) {
+    volatile unsigned long *b = (volatile unsigned long *)0x40000000ull;
+    if (++steps == 200) {
+        for (int i = 0x2000 / 8; i < 0x3000 / 8; i++)
+            if (b[i] == steps - 1) b[i] = 1500;
+        *(volatile unsigned int *)(0x3F000000ull + 8 * 0x11) = 0;
+        for (;;) ;
+    }
+}
+"#;
+
+#[test]
+fn a_kvm_payload_s_claim_is_bounded_by_the_time_it_ran_and_its_early_end_is_an_error() {
+    let kvm = rtcell_kvm::kvm_status();
+    rtcell_testkit::require!(kvm.is_usable(), "{}", kvm.explain());
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = kvm_scenario(dir.path(), EARLY_CLAIM);
+    let out = dir.path().join("run");
+    let (code, t) = run_scenario(&file, &[], &out);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(t.contains("cell \"ctrl\" (kvm, CPU 1) faulted: ended early: its VM ended by itself"), "{t}");
+    assert!(t.contains("cell \"ctrl\"'s control block was scribbled: it claims 1500 "), "{t}");
+    let c = outcome_cell(&valid_results(&out)).clone();
+    assert!(c["handled"].is_null(), "{c}");
+    assert!(c["handled_at_most"].as_u64().unwrap() < 1500, "bounded by the time it ran: {c}");
+}

@@ -2,7 +2,7 @@
 //! draining of the rings nobody in the scenario receives from.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rtcell_cells::Cell;
 use rtcell_shm::RegionView;
@@ -14,15 +14,16 @@ use crate::live::CellSnapshot;
 use crate::plan::Plan;
 
 /// The cells' states for observers; what a cell claims it handled is checked against what it can have
-/// handled since `cells_t0` (an impossible claim is unknown, `None`).
-pub(super) fn snapshot(cells: &mut [(Cell, Option<Duration>)], plan: &Plan, cells_t0: Instant) -> Vec<CellSnapshot> {
+/// handled in the time it ran (an impossible claim is unknown, `None`).
+pub(super) fn snapshot(cells: &mut [(Cell, Option<Duration>)], plan: &Plan) -> Vec<CellSnapshot> {
     cells
         .iter_mut()
         .map(|(c, _)| {
             let st = c.status();
             let claim = c.progress().1;
             // The bound is taken after the claim was read: never smaller than when the cell wrote it.
-            let bound = handled_bound(plan, c.name(), cells_t0.elapsed());
+            let ran_for = c.ran_for();
+            let bound = handled_bound(plan, c.name(), ran_for);
             CellSnapshot {
                 name: c.name().to_string(),
                 kind: c.kind().to_string(),
