@@ -75,6 +75,8 @@ const FORKS: &[libc::c_long] = &[];
 const NR: u32 = 0;
 const AUDIT_ARCH: u32 = 4;
 const ARG0_LOW: u32 = 16;
+/// `READ_IMPLIES_EXEC` of `<linux/personality.h>` (not in the libc crate).
+const READ_IMPLIES_EXEC: u32 = 0x040_0000;
 const ARG1_LOW: u32 = 24;
 const ARG2_LOW: u32 = 32;
 const ARG3_LOW: u32 = 40;
@@ -232,6 +234,9 @@ impl Filter {
         p.extend(on_arg0(libc::SYS_prctl, libc::PR_SET_SECCOMP as u32, true));
         // mremap with MREMAP_FIXED (flags, the fourth argument): a page moved over the harness's code.
         p.extend(on_arg_bits(libc::SYS_mremap, ARG3_LOW, libc::MREMAP_FIXED as u32));
+        // personality with READ_IMPLIES_EXEC (the persona, the first argument): the kernel would then make
+        // every readable mapping executable, behind a PROT_EXEC check.
+        p.extend(on_arg_bits(libc::SYS_personality, ARG0_LOW, READ_IMPLIES_EXEC));
         // shmat with SHM_EXEC (shmflg, the third argument): a new executable mapping.
         p.extend(on_arg_bits(libc::SYS_shmat, ARG2_LOW, libc::SHM_EXEC as u32));
         // ioctl: typing into a terminal (TIOCSTI) or the console (TIOCLINUX): a cell that reached rtcell's
@@ -312,22 +317,36 @@ pub fn filter_count() -> Option<u64> {
     line.trim().parse().ok()
 }
 
-/// An executable mapping of this process with a page of its own (`Anonymous` in `/proc/self/smaps`):
-/// code or vDSO written over since it was mapped (after `mprotect` or through `/proc/self/mem`), or a
-/// library with text relocations. `Ok(None)`: every executable page is still the one mapped.
+/// Executable code that is not what was mapped from its file: a mapping of this process that is
+/// executable and has a page of its own (`Anonymous` in `/proc/self/smaps`: code or vDSO written over after
+/// `mprotect` or through `/proc/self/mem`, or a library with text relocations), is shared (`s`: writable
+/// through another mapping of the same memory), or is backed by a memfd or a deleted file (code that can
+/// change under it); or no `[vdso]` left (mapped over). `Ok(None)`: none of these.
 pub fn patched_code() -> std::io::Result<Option<String>> {
     let smaps = std::fs::read_to_string("/proc/self/smaps")?;
     let mut exec: Option<&str> = None;
+    let mut vdso = false;
     for line in smaps.lines() {
         let mut words = line.split_whitespace();
         let first = words.next().unwrap_or_default();
         if first.contains('-') && !first.ends_with(':') {
-            exec = words.next().filter(|perms| perms.contains('x')).map(|_| line);
+            let perms = words.next().unwrap_or_default();
+            vdso |= line.ends_with("[vdso]");
+            exec = perms.contains('x').then_some(line);
+            let backing = line.split_whitespace().nth(5).unwrap_or_default();
+            if perms.contains('x')
+                && (perms.contains('s') || backing.starts_with("/memfd:") || line.ends_with("(deleted)"))
+            {
+                return Ok(Some(line.to_string()));
+            }
         } else if let (Some(mapping), "Anonymous:") = (exec, first) {
             if words.next().is_some_and(|kb| kb != "0") {
                 return Ok(Some(mapping.to_string()));
             }
         }
+    }
+    if !vdso {
+        return Ok(Some("no [vdso] mapping left (mapped over)".into()));
     }
     Ok(None)
 }
@@ -341,6 +360,13 @@ pub fn seal_code(filters: Option<u64>) -> Result<(), String> {
     }
     match patched_code() {
         Ok(None) => {}
+        Ok(Some(m)) if m.split_whitespace().nth(1).is_some_and(|perms| perms.starts_with("rwx")) => {
+            return Err(format!(
+                "memory both writable and executable after the C libraries loaded (a library that needs an \
+                 executable stack: its GNU_STACK segment is RWX, e.g. a nested function whose address is taken), \
+                 which a process cell refuses: {m}; build it with -z noexecstack, or run it in a thread cell"
+            ));
+        }
         Ok(Some(m)) => return Err(format!("code was written over while the C libraries loaded: {m}")),
         Err(e) => return Err(format!("cannot read the cell's mappings: {e}")),
     }
@@ -390,206 +416,4 @@ pub fn protect_parent() -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// In a forked child (the filter stays there): threads work, no kind of fork does.
-    #[test]
-    fn a_filtered_process_makes_threads_but_no_process() {
-        let filter = Filter::no_fork();
-        // SAFETY: the child only runs the checks below and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            let code = (|| {
-                if filter.install().is_err() {
-                    return 10;
-                }
-                if std::thread::spawn(|| 7).join().ok() != Some(7) {
-                    return 11;
-                }
-                // SAFETY: fork/vfork-like calls that the filter refuses; nothing runs in a child.
-                unsafe {
-                    if libc::fork() != -1 || *libc::__errno_location() != libc::EPERM {
-                        return 12;
-                    }
-                    if libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) != -1 {
-                        return 13;
-                    }
-                    if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || *libc::__errno_location() != libc::ENOSYS {
-                        return 14;
-                    }
-                }
-                if std::process::Command::new("true").status().is_ok() {
-                    return 15;
-                }
-                0
-            })();
-            // SAFETY: leaving the forked child without running the parent's exit handlers.
-            unsafe { libc::_exit(code) };
-        }
-        let mut status = 0;
-        // SAFETY: waiting for the child we forked.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(libc::WIFEXITED(status), "status {status:#x}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "see the return codes in the child");
-    }
-
-    /// In a forked child: after the lockdown, no exec, no change of the death signal, no ptrace, no
-    /// namespace or mount, no limit set on another process; other prctl options and its own limits still
-    /// work.
-    #[test]
-    fn a_locked_down_process_cannot_exec_or_drop_its_death_signal() {
-        let filter = Filter::lockdown();
-        let path = std::ffi::CString::new("/bin/true").unwrap();
-        let argv = [path.as_ptr(), std::ptr::null()];
-        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: the child only runs the checks below and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            // SAFETY: prctl, execv and ptrace with valid arguments; execv never returns on success.
-            let code = unsafe {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || filter.install().is_err() {
-                    20
-                } else if libc::prctl(libc::PR_SET_PDEATHSIG, 0) != -1 || *libc::__errno_location() != libc::EPERM {
-                    21
-                } else if libc::execv(path.as_ptr(), argv.as_ptr()) != -1 || *libc::__errno_location() != libc::EPERM {
-                    22
-                } else if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != -1 {
-                    23
-                } else if libc::syscall(libc::SYS_setfsuid, 65534) != -1 || libc::setresuid(0, 0, 0) != -1 {
-                    25
-                } else if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != -1
-                    || *libc::__errno_location() != libc::EPERM
-                {
-                    26
-                } else if libc::syscall(libc::SYS_fsopen, c"fuse".as_ptr(), 0) != -1
-                    || libc::mount(c"none".as_ptr(), c"/tmp".as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()) != -1
-                {
-                    27
-                } else if libc::prlimit(libc::getppid(), libc::RLIMIT_FSIZE, std::ptr::null(), &mut limit) != -1
-                    || *libc::__errno_location() != libc::EPERM
-                {
-                    28
-                } else if libc::setrlimit(libc::RLIMIT_CORE, &limit) != 0
-                    || libc::prlimit(0, libc::RLIMIT_FSIZE, std::ptr::null(), &mut limit) != 0
-                {
-                    29
-                } else if libc::prctl(libc::PR_SET_DUMPABLE, 1) != -1
-                    || libc::ioctl(0, libc::TIOCSTI, c"x".as_ptr()) != -1
-                    || *libc::__errno_location() != libc::EPERM
-                {
-                    30
-                } else {
-                    let mut sig = 0;
-                    if libc::prctl(libc::PR_GET_PDEATHSIG, &mut sig as *mut i32) != 0 || sig != libc::SIGKILL {
-                        24
-                    } else {
-                        0
-                    }
-                }
-            };
-            // SAFETY: leaving the forked child without running the parent's exit handlers.
-            unsafe { libc::_exit(code) };
-        }
-        let mut status = 0;
-        // SAFETY: waiting for the child we forked.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(libc::WIFEXITED(status), "status {status:#x}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "see the return codes in the child");
-    }
-
-    /// In a forked child: after the lockdown and [`Filter::no_new_code`], nothing becomes executable and
-    /// nothing measures the harness's time falsely; data mappings, `mprotect` without `PROT_EXEC` and an
-    /// `mremap` that lets the kernel choose still work.
-    #[test]
-    fn a_sealed_process_makes_nothing_executable_and_traps_no_clock() {
-        let (lockdown, sealed) = (Filter::lockdown(), Filter::no_new_code());
-        // SAFETY: the child only runs the checks below and leaves with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            // SAFETY: system calls on memory the child maps itself; nothing here is dereferenced.
-            let code = unsafe { sealed_checks(&lockdown, &sealed) };
-            // SAFETY: leaving the forked child without running the parent's exit handlers.
-            unsafe { libc::_exit(code) };
-        }
-        let mut status = 0;
-        // SAFETY: waiting for the child we forked.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(libc::WIFEXITED(status), "status {status:#x}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "see the return codes in `sealed_checks`");
-    }
-
-    /// Whether the last call failed with `EPERM`.
-    fn eperm() -> bool {
-        std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
-
-    /// The checks of [`a_sealed_process_makes_nothing_executable_and_traps_no_clock`], in the child: 0
-    /// when all hold.
-    ///
-    /// # Safety
-    /// Only in a forked child, which it confines for good.
-    unsafe fn sealed_checks(lockdown: &Filter, sealed: &Filter) -> i32 {
-        // SAFETY: the caller's contract; every call below is on memory the child maps itself or has
-        // integer arguments only.
-        unsafe {
-            if lockdown.install().is_err() || sealed.install_on_all_threads().is_err() {
-                return 40;
-            }
-            let rw = libc::PROT_READ | libc::PROT_WRITE;
-            let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
-            let page = libc::mmap(std::ptr::null_mut(), 8192, rw, anon, -1, 0);
-            if page == libc::MAP_FAILED {
-                return 41;
-            }
-            if libc::mprotect(page, 4096, rw | libc::PROT_EXEC) != -1 || !eperm() {
-                return 42;
-            }
-            if libc::mprotect(page, 4096, libc::PROT_READ) != 0 {
-                return 43;
-            }
-            if libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_EXEC, anon, -1, 0)
-                != libc::MAP_FAILED
-                || !eperm()
-            {
-                return 44;
-            }
-            if libc::syscall(libc::SYS_pkey_mprotect, page, 4096, libc::PROT_EXEC, -1) != -1 || !eperm() {
-                return 45;
-            }
-            let target = (page as *mut u8).add(4096) as *mut libc::c_void;
-            let fixed = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
-            if libc::mremap(page, 4096, 4096, fixed, target) != libc::MAP_FAILED || !eperm() {
-                return 46;
-            }
-            if libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_SIGSEGV) != -1 || !eperm() {
-                return 47;
-            }
-            if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_STRICT) != -1 || !eperm() {
-                return 48;
-            }
-            if libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_STRICT, 0, 0) != -1 || !eperm() {
-                return 49;
-            }
-            let mut params = [0u8; 120];
-            if libc::syscall(libc::SYS_io_uring_setup, 4, params.as_mut_ptr()) != -1 || !eperm() {
-                return 50;
-            }
-            if libc::shmat(-1, std::ptr::null(), libc::SHM_EXEC) as isize != -1 || !eperm() {
-                return 51;
-            }
-            // Still allowed: its own limits, reading the timestamp mode, a move the kernel places.
-            let mut mode = 0;
-            if libc::prctl(libc::PR_GET_TSC, &mut mode as *mut i32) != 0 || mode != libc::PR_TSC_ENABLE {
-                return 52;
-            }
-            if libc::mremap(page, 4096, 8192, libc::MREMAP_MAYMOVE, 0) == libc::MAP_FAILED {
-                return 53;
-            }
-            0
-        }
-    }
-}
+mod tests;
