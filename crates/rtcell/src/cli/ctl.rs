@@ -391,13 +391,26 @@ fn print_stats(s: &pb::Stats, json: bool) {
 }
 
 fn print_cells(cells: &[pb::CellState]) {
-    if cells.is_empty() {
-        return;
+    if let Some(t) = cells_table(cells, true) {
+        println!("{t}");
     }
-    let mut t = Table::new(&["cell", "kind", "CPU", "origin", "status", "handled", "VM exits"]);
+}
+
+/// The cells table of `ctl status` and `ctl stats`: one row per cell, with a kvm cell's VM exits and, when
+/// `handled` (statistics: status carries no claim), the handled count the gateway serves (unknown when
+/// the cell's claim is impossible). `None` without cells.
+fn cells_table(cells: &[pb::CellState], handled: bool) -> Option<Table> {
+    if cells.is_empty() {
+        return None;
+    }
+    let mut heads = vec!["cell", "kind", "CPU", "origin", "status", "handled", "VM exits"];
+    if !handled {
+        heads.remove(5);
+    }
+    let mut t = Table::new(&heads);
     for c in cells {
         let exits: u64 = c.vm_exits.values().sum();
-        t.row(vec![
+        let mut row = vec![
             c.name.clone(),
             c.kind.clone(),
             c.cpu.to_string(),
@@ -405,9 +418,13 @@ fn print_cells(cells: &[pb::CellState]) {
             c.status.clone(),
             c.handled.map_or("unknown (impossible claim)".into(), |n| n.to_string()),
             if c.kind == "kvm" { exits.to_string() } else { "-".into() },
-        ]);
+        ];
+        if !handled {
+            row.remove(5);
+        }
+        t.row(row);
     }
-    println!("{t}");
+    Some(t)
 }
 
 fn status_text(s: &pb::Status) -> String {
@@ -484,11 +501,7 @@ fn status_text(s: &pb::Status) -> String {
         ..Default::default()
     }));
     let mut buf = Vec::new();
-    if !cells.is_empty() {
-        let mut t = Table::new(&["cell", "kind", "CPU", "origin", "status"]);
-        for c in &cells {
-            t.row(vec![c.name.clone(), c.kind.clone(), c.cpu.to_string(), c.origin.clone(), c.status.clone()]);
-        }
+    if let Some(t) = cells_table(&cells, false) {
         buf.push(format!("{t}\n"));
     }
     out.push_str(&buf.concat());
