@@ -26,6 +26,8 @@ type Key = (bool, String, String, String, tonic::Code);
 /// One key's refusals since the last flush.
 struct Count {
     n: u64,
+    /// The client as its first refusal of this second named it (with its address, for an identity).
+    client: String,
     what: serde_json::Value,
     result: Status,
 }
@@ -50,11 +52,16 @@ impl Tally {
     /// `action`, `what`.
     pub fn add(&self, client: &str, authenticated: bool, action: &str, what: serde_json::Value, result: &Status) {
         let Ok(mut c) = self.counts.lock() else { return };
-        let key = (authenticated, client.to_string(), action.to_string(), what.to_string(), result.code());
+        // An authenticated client is its identity, from whichever address it comes (the number of
+        // identities is bounded by the token file and the CA, so their keys are never capped); an
+        // unauthenticated one is its address. Either way one key per action and code, whatever varies in
+        // `what` (a path outside the service, a method): the first refusal's `what` is the one written.
+        let who = if authenticated { identity(client) } else { client.to_string() };
+        let key = (authenticated, who, action.to_string(), String::new(), result.code());
         if let Some(e) = c.by_key.get_mut(&key) {
             e.n += 1;
-        } else if c.by_key.len() < MAX_KEYS {
-            c.by_key.insert(key, Count { n: 1, what, result: result.clone() });
+        } else if authenticated || c.by_key.len() < MAX_KEYS {
+            c.by_key.insert(key, Count { n: 1, client: client.to_string(), what, result: result.clone() });
         } else {
             c.unkeyed += 1;
         }
@@ -87,13 +94,13 @@ impl Tally {
         }
         let mut lines: Vec<Line> = named
             .into_iter()
-            .map(|((_, client, action, _, _), mut c)| {
+            .map(|((_, _, action, _, _), mut c)| {
                 if let serde_json::Value::Object(o) = &mut c.what {
                     o.insert("count".into(), c.n.into());
                 } else {
                     c.what = serde_json::json!({ "count": c.n, "what": c.what });
                 }
-                (client, action, c.what, c.result)
+                (c.client, action, c.what, c.result)
             })
             .collect();
         let others = rest.iter().map(|(_, c)| c.n).sum::<u64>() + unkeyed;
@@ -122,6 +129,18 @@ impl Tally {
             ));
         }
         lines
+    }
+}
+
+/// An authenticated client's name without its address: `"tcp 10.0.0.7 token:ab12"` is
+/// `"tcp token:ab12"` (the second word, when it is an IP address, is left out).
+fn identity(client: &str) -> String {
+    let words: Vec<&str> = client.split(' ').collect();
+    match words.as_slice() {
+        [scheme, ip, rest @ ..] if ip.parse::<std::net::IpAddr>().is_ok() => {
+            std::iter::once(*scheme).chain(rest.iter().copied()).collect::<Vec<_>>().join(" ")
+        }
+        _ => client.to_string(),
     }
 }
 
@@ -195,11 +214,34 @@ mod tests {
     fn keys_beyond_the_cap_are_counted_in_the_sum_line() {
         let t = Tally::default();
         let no = Status::permission_denied("x");
-        for k in 0..MAX_KEYS as u64 + 10 {
-            t.add("tcp 10.0.0.1", true, "denied", serde_json::json!({ "k": k }), &no);
+        for k in 0..MAX_KEYS as u32 + 10 {
+            let ip = std::net::Ipv4Addr::from(0x0a00_0000 + k);
+            t.add(&format!("tcp {ip}"), false, "denied", serde_json::json!({ "k": k }), &no);
         }
         let lines = t.take();
         let total: u64 = lines.iter().map(|l| l.2["count"].as_u64().unwrap()).sum();
         assert_eq!(total, MAX_KEYS as u64 + 10);
+    }
+
+    #[test]
+    fn neither_many_addresses_nor_many_paths_make_many_lines() {
+        let t = Tally::default();
+        let denied = Status::permission_denied("needs the operator role");
+        // One viewer token from a new address each time: one line, named by the token and its first address.
+        for a in 0..5000u32 {
+            let ip = std::net::Ipv4Addr::from(0x0a00_0000 + a);
+            t.add(&format!("tcp {ip} token sha256:ab"), true, "denied", serde_json::json!({ "m": "Start" }), &denied);
+        }
+        // Unique paths outside the service from one address: one line, and no key taken from others.
+        let gone = Status::unimplemented("no such method");
+        for p in 0..(2 * MAX_KEYS) {
+            t.add("tcp 10.9.0.1", false, "refused", serde_json::json!({ "path": format!("/x/{p}") }), &gone);
+        }
+        t.add("tcp 10.8.0.1 token sha256:cd", true, "denied", serde_json::json!({ "m": "Deploy" }), &denied);
+        let lines = t.take();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!((lines[0].0.as_str(), lines[0].2["count"].as_u64()), ("tcp 10.0.0.0 token sha256:ab", Some(5000)));
+        assert_eq!(lines[1].0, "tcp 10.8.0.1 token sha256:cd");
+        assert_eq!((lines[2].0.as_str(), lines[2].2["count"].as_u64()), ("tcp 10.9.0.1", Some(2 * MAX_KEYS as u64)));
     }
 }
