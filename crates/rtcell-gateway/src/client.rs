@@ -36,6 +36,17 @@ pub struct ClientTls {
 #[derive(Clone)]
 pub struct Bearer(Option<MetadataValue<tonic::metadata::Ascii>>);
 
+impl Bearer {
+    /// The header for `token` (none without one); an error if the token cannot be a header value.
+    pub fn new(token: Option<&str>) -> Result<Bearer, String> {
+        let value = token
+            .map(|t| format!("Bearer {t}").parse())
+            .transpose()
+            .map_err(|_| "the token holds characters a header cannot carry".to_string())?;
+        Ok(Bearer(value))
+    }
+}
+
 impl tonic::service::Interceptor for Bearer {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(v) = &self.0 {
@@ -107,17 +118,27 @@ pub async fn connect_from(c: &Connect, source: std::net::IpAddr) -> Result<Clien
     with_token(channel, c)
 }
 
+/// [`connect`] over plain TCP on the one connection `io` the caller opened: the connection preface is
+/// written before it returns, and once the gateway closes `io` every call fails (no reconnecting).
+pub async fn connect_over(c: &Connect, io: tokio::net::TcpStream) -> Result<Client, String> {
+    let Addr::Tcp(a) = c.addr else { return Err(format!("{}: not a TCP address", c.addr)) };
+    let mut once = Some(io);
+    let channel = Endpoint::try_from(format!("http://{a}"))
+        .map_err(|e| e.to_string())?
+        .connect_timeout(c.timeout)
+        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+            let io = once.take().ok_or_else(|| std::io::Error::other("its one connection is closed"));
+            async move { io.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|e| format!("cannot connect to {}: {}", c.addr, source_text(&e)))?;
+    with_token(channel, c)
+}
+
 /// The client of a channel, sending `c`'s bearer token with each request.
 fn with_token(channel: Channel, c: &Connect) -> Result<Client, String> {
-    let bearer = match &c.token {
-        Some(t) => Some(
-            format!("Bearer {t}")
-                .parse()
-                .map_err(|_| "the token holds characters a header cannot carry".to_string())?,
-        ),
-        None => None,
-    };
-    Ok(GatewayClient::with_interceptor(channel, Bearer(bearer)).max_decoding_message_size(16 << 20))
+    let bearer = Bearer::new(c.token.as_deref())?;
+    Ok(GatewayClient::with_interceptor(channel, bearer).max_decoding_message_size(16 << 20))
 }
 
 /// An error with its causes, which tonic keeps in its source chain.

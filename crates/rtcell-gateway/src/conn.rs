@@ -13,7 +13,10 @@
 //! [`Conns::answered`]) hold at most [`MAX_PREAUTH`] of the listener's places, so authenticated clients
 //! always have the other half; when those are taken a new connection takes the place of the oldest
 //! unauthenticated one of the address holding the most (so addresses that hold many cannot keep out one
-//! that holds few), or is closed at once if its own address holds as many as any.
+//! that holds few), or is closed at once if its own address holds as many as any. Within an address,
+//! the connection that makes room is the oldest that has sent nothing yet (a byte read, or one waiting
+//! in its socket), so a client that has written its first request outlives sockets opened after it in
+//! silence, however fast; only if each has sent something is the oldest closed.
 //!
 //! The guard wraps the accepted socket *below* TLS, so a TLS handshake that never ends runs into the
 //! same deadline as a connection that never sends a byte. A connection is admitted when its first
@@ -128,6 +131,11 @@ struct State {
     closing: AtomicBool,
     /// Among the listener's unauthenticated connections.
     pending: AtomicBool,
+    /// The peer has sent at least one byte that the gateway read (see [`Conn::has_spoken`]).
+    spoke: AtomicBool,
+    /// The accepted socket (TCP), valid while the connection is among the pending ones: its guard
+    /// leaves them before it closes the socket (see the field order of [`Guarded`]).
+    fd: std::sync::atomic::AtomicI32,
     /// Requests in flight (their responses not yet sent to their end).
     in_flight: AtomicUsize,
     /// Requests started, ever: a change restarts the idle timeout.
@@ -148,6 +156,25 @@ struct State {
 pub struct Conn(Arc<State>);
 
 impl Conn {
+    /// Whether the peer has sent anything yet: a byte the gateway has read, or one waiting in the
+    /// socket's receive queue (a client that has written its first request, not yet read). Call it only
+    /// while the connection is among the pending ones, under their lock (its socket is open then).
+    fn has_spoken(&self) -> bool {
+        if self.0.spoke.load(Ordering::Acquire) {
+            return true;
+        }
+        let fd = self.0.fd.load(Ordering::Acquire);
+        if fd < 0 {
+            return false;
+        }
+        let mut queued: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one c_int through the pointer, which points at a live local; `fd` is
+        // the connection's socket, still open while the connection is pending (see `State::fd`), and the
+        // ioctl only reads the size of its receive queue.
+        let r = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut queued) };
+        r == 0 && queued > 0
+    }
+
     fn admit(&self) {
         self.0.admitted.store(true, Ordering::Release);
     }
@@ -266,11 +293,15 @@ impl Conns {
         true
     }
 
-    /// Closes the oldest unauthenticated connection of `ip` (one being admitted right now is passed
-    /// over, it is no longer pending) and returns its place among its address's (see [`Conns::guard`]).
+    /// Closes an unauthenticated connection of `ip` and returns its place among its address's (see
+    /// [`Conns::guard`]): the oldest that has sent nothing yet, or if each has, the oldest. A client that
+    /// has written its first request is so passed over in favour of sockets held open in silence, however
+    /// fast those are opened beside it. One being admitted right now is passed over, it is no longer pending.
     fn evict_oldest(&self, p: &mut Pending, ip: IpAddr) -> Option<Share<IpAddr>> {
-        while let Some(q) = p.by_ip.get_mut(&ip) {
-            let old = q.pop_front().map(|(_, c)| c);
+        loop {
+            let q = p.by_ip.get_mut(&ip)?;
+            let at = q.iter().position(|(_, c)| !c.has_spoken()).unwrap_or(0);
+            let old = q.remove(at).map(|(_, c)| c);
             if q.is_empty() {
                 p.by_ip.remove(&ip);
             }
@@ -284,7 +315,6 @@ impl Conns {
                 return place;
             }
         }
-        None
     }
 
     /// No longer among the unauthenticated connections (admitted, or gone).
@@ -310,13 +340,14 @@ impl Conns {
     /// address's unauthenticated places are all taken, it takes the place of the address's oldest
     /// unauthenticated connection (closed): whoever else shares the address cannot keep a client of it
     /// out by holding connections open without authenticating.
-    pub fn guard<S>(
+    pub fn guard<S: std::os::fd::AsRawFd>(
         self: &Arc<Self>,
         io: S,
         peer: Option<SocketAddr>,
         permit: OwnedSemaphorePermit,
     ) -> Option<Guarded<S>> {
         let conn = Conn::default();
+        conn.0.fd.store(io.as_raw_fd(), Ordering::Release);
         if let Some(p) = peer {
             let place = self.per_ip.take(p.ip()).or_else(|| {
                 let mut pending = self.pending.lock().ok()?;
@@ -338,12 +369,12 @@ impl Conns {
             }
         }
         Some(Guarded {
+            slot: Slot { conns: Arc::clone(self), peer, conn: conn.clone() },
             io,
             deadline: Some(Box::pin(tokio::time::sleep(AUTH_DEADLINE))),
             idle: None,
             seen: 0,
-            conn: conn.clone(),
-            slot: Slot { conns: Arc::clone(self), peer, conn },
+            conn,
             _permit: permit,
         })
     }
@@ -492,6 +523,8 @@ impl Drop for Slot {
 
 /// An accepted connection holding its place among the allowed open connections, under its deadline.
 pub struct Guarded<S> {
+    /// Declared (so dropped) before `io`: the connection leaves the pending ones before its socket closes.
+    slot: Slot,
     io: S,
     /// Until the first authenticated request; `None` once admitted.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -500,7 +533,6 @@ pub struct Guarded<S> {
     /// [`State::started`] when the idle timeout was last (re)started.
     seen: u64,
     conn: Conn,
-    slot: Slot,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -581,7 +613,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
         if let Some(e) = self.check(cx) {
             return Poll::Ready(Err(e));
         }
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before && !self.conn.is_admitted() {
+            self.conn.0.spoke.store(true, Ordering::Release);
+        }
+        r
     }
 }
 

@@ -121,7 +121,7 @@ pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, String> {
 
 /// A listener the connection cap can drive.
 pub trait Accept: Send + 'static {
-    type Io: Send + 'static;
+    type Io: Send + std::os::fd::AsRawFd + 'static;
     /// A connection and its peer's address (TCP; `None` for a Unix socket).
     fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<(Self::Io, Option<SocketAddr>)>> + Send;
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use gw::{ADMIN_TOKEN, VIEWER_TOKEN, closed, loopback, rt, serve_tcp_with_roles, tcp, tcp_from};
-use rtcell_gateway::client::{Client, connect, connect_from};
+use rtcell_gateway::client::{Client, connect, connect_from, connect_over};
 use rtcell_gateway::conn::{MAX_AUTH_FAILURES, MAX_CONNECTIONS_PER_ADDRESS, MAX_CONNECTIONS_PER_IDENTITY};
 use rtcell_gateway::listen::Addr;
 use rtcell_gateway::pb;
@@ -176,6 +176,42 @@ fn silent_sockets_from_the_admin_s_address_never_lock_the_admin_out() {
         let text = metrics_of(&mut admin).await;
         assert_eq!(closed(&text, "address_full"), 0.0, "{text}");
         assert!(closed(&text, "preauth_evicted") >= 1.0, "the oldest silent one made room: {text}");
+        drop(silent);
+    });
+}
+
+#[test]
+fn a_client_that_has_spoken_outlives_silent_sockets_opened_after_it_from_its_address() {
+    let (_s, addr, sa) = serve_tcp_with_roles();
+    rt().block_on(async {
+        // The address's unauthenticated places, all taken by silent sockets.
+        let mut silent = Vec::new();
+        for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+            silent.push(tcp_from(loopback(1), sa).await.expect("connects"));
+        }
+        // A client from the same address takes the oldest's place and writes its preface; it has not
+        // made a request yet, so it is not authenticated.
+        let io = tcp_from(loopback(1), sa).await.expect("connects");
+        let mut client = connect_over(&tcp(&addr, Some(ADMIN_TOKEN), None), io).await.expect("handshake");
+        // As many new silent sockets again: each takes the place of the oldest silent one. The earlier
+        // gateway closed the oldest, whatever it had sent, so the client's turn came at the last.
+        for _ in 0..MAX_CONNECTIONS_PER_ADDRESS {
+            silent.push(tcp_from(loopback(1), sa).await.expect("connects"));
+        }
+        let mut watcher = connect_from(&tcp(&addr, Some(ADMIN_TOKEN), None), loopback(2)).await.expect("connects");
+        let t0 = Instant::now();
+        let want = 1.0 + MAX_CONNECTIONS_PER_ADDRESS as f64;
+        loop {
+            let text = metrics_of(&mut watcher).await;
+            if closed(&text, "preauth_evicted") >= want {
+                break;
+            }
+            assert!(t0.elapsed() < PATIENCE, "the gateway never took in the new sockets: {text}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        client.get_status(pb::GetStatusRequest {}).await.expect("the client that had spoken keeps its connection");
+        let text = metrics_of(&mut watcher).await;
+        assert_eq!(closed(&text, "preauth_evicted"), want, "{text}");
         drop(silent);
     });
 }
