@@ -208,6 +208,8 @@ pub struct Cell {
     /// When it was started, and when its end was first seen (see [`Cell::ran_for`]).
     spawned_at: Instant,
     end_seen: Option<Instant>,
+    /// A kvm cell's end was judged early or not (see [`Cell::status`]).
+    judged: bool,
     /// Guarantees the cell could not get (no SCHED_FIFO, no mlock), as it reported them.
     warnings: Vec<String>,
     stop_sent: bool,
@@ -315,6 +317,7 @@ impl Cell {
             spawned_ns,
             spawned_at,
             end_seen: None,
+            judged: false,
             warnings,
             stop_sent: false,
             output,
@@ -390,10 +393,13 @@ impl Cell {
                 _ => None,
             };
             self.end_seen = Some(kvm_end.unwrap_or_else(Instant::now));
-            // Only where its tasks' last release is known (a scenario's cells): a payload run on its own may
-            // end when it likes.
-            let expected = self.end_after_ns.is_some();
-            if matches!((&self.runner, &status), (Runner::Kvm(_), CellStatus::Done(_))) && expected && self.early() {
+        }
+        // Judged once the end is seen and its tasks' last release is known (a scenario's cells, from
+        // their go on; a VM may have ended before it): a payload run on its own may end when it likes.
+        let kvm_done = matches!((&self.runner, &status), (Runner::Kvm(_), CellStatus::Done(_)));
+        if kvm_done && self.end_after_ns.is_some() && !self.judged {
+            self.judged = true;
+            if self.early() {
                 let why = "ended early: its VM ended by itself, as done, before its tasks could have ended and \
                            before a stop was asked"
                     .to_string();
@@ -405,9 +411,14 @@ impl Cell {
         status
     }
 
-    /// No stop was asked and its tasks cannot have ended yet (see [`Cell::expect_end_after`]).
+    /// No stop was asked and its tasks cannot have ended yet when it ended (or now, if it has not):
+    /// see [`Cell::expect_end_after`].
     fn early(&self) -> bool {
-        !self.stop_sent && control::now_ns() < self.end_after_ns.unwrap_or(u64::MAX)
+        let at = match self.end_seen {
+            Some(t) => self.spawned_ns.saturating_add(t.saturating_duration_since(self.spawned_at).as_nanos() as u64),
+            None => control::now_ns(),
+        };
+        !self.stop_sent && at < self.end_after_ns.unwrap_or(u64::MAX)
     }
 
     /// How long the cell has run: from its start to the moment its end was first seen (for a kvm cell,

@@ -13,7 +13,7 @@
 //! [`Conns::answered`]) hold at most [`MAX_PREAUTH`] of the listener's places, so authenticated clients
 //! always have the other half; when those are taken a new connection takes the place of the oldest
 //! unauthenticated one of the address holding the most (so addresses that hold many cannot keep out one
-//! that holds few), or is closed at once if its own address holds as many as any. Within an address,
+//! that holds few), or, if its own address holds as many as any, of one of its own address's. Within an address,
 //! the connection that makes room is the oldest that has sent nothing yet (a byte read, or one waiting
 //! in its socket), so a client that has written its first request outlives sockets opened after it in
 //! silence, however fast; only if each has sent something is the oldest closed.
@@ -76,7 +76,8 @@ pub struct ClosedCounters {
     pub no_request: AtomicU64,
     /// A statistics stream on it made no progress within its deadline (the client does not read).
     pub stalled_stream: AtomicU64,
-    /// At accept: [`MAX_PREAUTH`] unauthenticated connections open, and its address held as many as any.
+    /// At accept: [`MAX_PREAUTH`] unauthenticated connections open, none of its address's among them, and no
+    /// address holding more (or none of theirs could be closed).
     pub preauth_full: AtomicU64,
     /// Unauthenticated, and its place taken by a new connection of an address holding fewer.
     pub preauth_evicted: AtomicU64,
@@ -271,17 +272,30 @@ impl Conns {
     }
 
     /// Counts `conn` among the unauthenticated connections of `ip`: in a free place, or in the place of
-    /// the oldest of the address holding the most (if that is more than `ip` holds); `false` if neither.
+    /// one of the address holding the most (if that is more than `ip` holds), or else of one of `ip`'s own
+    /// (see [`Conns::evict_oldest`]); `false` only if `ip` holds none and no address holds more.
     fn enter_pending(&self, ip: IpAddr, conn: &Conn) -> bool {
         let Ok(mut p) = self.pending.lock() else { return false };
         if p.n >= MAX_PREAUTH {
             let mine = p.by_ip.get(&ip).map_or(0, VecDeque::len);
-            let victim = p
-                .by_ip
-                .iter()
-                .filter(|(_, q)| q.len() > mine)
-                .max_by_key(|(_, q)| (q.len(), std::cmp::Reverse(q.front().map_or(0, |e| e.0))))
-                .map(|(ip, _)| *ip);
+            let most = p.by_ip.values().map(VecDeque::len).max().unwrap_or(0);
+            let victim = if most > mine {
+                // Of the addresses holding the most, the one whose oldest silent connection is oldest
+                // (one holding a silent connection first): a client that has spoken is passed over.
+                p.by_ip
+                    .iter()
+                    .filter(|(_, q)| q.len() == most)
+                    .map(|(ip, q)| {
+                        let silent = q.iter().find(|(_, c)| !c.has_spoken()).map(|e| e.0);
+                        let oldest = q.front().map_or(0, |e| e.0);
+                        (*ip, (silent.is_some(), std::cmp::Reverse(silent.unwrap_or(oldest))))
+                    })
+                    .max_by_key(|(_, key)| *key)
+                    .map(|(ip, _)| ip)
+            } else {
+                // Its own address holds as many as any: it makes room among its own, never another's.
+                (mine > 0).then_some(ip)
+            };
             let Some(v) = victim else { return false };
             self.evict_oldest(&mut p, v);
         }

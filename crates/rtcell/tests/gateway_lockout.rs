@@ -181,6 +181,28 @@ fn silent_sockets_from_the_admin_s_address_never_lock_the_admin_out() {
 }
 
 #[test]
+fn one_silent_socket_from_the_admin_s_address_among_the_listener_s_unauthenticated_share_never_locks_it_out() {
+    use rtcell_gateway::conn::MAX_PREAUTH;
+    let (_s, addr, sa) = serve_tcp_with_roles();
+    rt().block_on(async {
+        // The listener's unauthenticated share, one silent socket per address, one of them from the
+        // admin's 127.0.0.1: its address holds as many as any. The earlier gateway closed the admin's
+        // new connection at once (preauth_full).
+        let mut silent = vec![tcp_from(loopback(1), sa).await.expect("connects")];
+        for i in 1..MAX_PREAUTH {
+            let from = std::net::Ipv4Addr::new(127, 40, (i / 250) as u8, (i % 250 + 1) as u8).into();
+            silent.push(tcp_from(from, sa).await.expect("connects"));
+        }
+        let mut admin = admin_answered(&addr).await;
+        let _second = admin_answered(&addr).await;
+        let text = metrics_of(&mut admin).await;
+        assert_eq!(closed(&text, "preauth_full"), 0.0, "{text}");
+        assert!(closed(&text, "preauth_evicted") >= 1.0, "a silent one of its own address made room: {text}");
+        drop(silent);
+    });
+}
+
+#[test]
 fn a_client_that_has_spoken_outlives_silent_sockets_opened_after_it_from_its_address() {
     let (_s, addr, sa) = serve_tcp_with_roles();
     rt().block_on(async {

@@ -468,3 +468,38 @@ fn a_kvm_payload_s_claim_is_bounded_by_the_time_it_ran_and_its_early_end_is_an_e
     assert!(c["handled"].is_null(), "{c}");
     assert!(c["handled_at_most"].as_u64().unwrap() < 1500, "bounded by the time it ran: {c}");
 }
+
+/// A payload that ends itself as done at its fifth step (5 ms after it started), before its run's
+/// window opens.
+const DONE_AT_ONCE: &str = r#"
+static unsigned long steps;
+void pinit(void) {}
+void pstep(void) {
+    if (++steps == 5) {
+        *(volatile unsigned int *)(0x3F000000ull + 8 * 0x11) = 0;
+        for (;;) ;
+    }
+}
+"#;
+
+#[test]
+fn a_kvm_payload_that_ends_before_its_run_starts_is_an_error() {
+    let kvm = rtcell_kvm::kvm_status();
+    rtcell_testkit::require!(kvm.is_usable(), "{}", kvm.explain());
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let file = kvm_scenario(dir.path(), DONE_AT_ONCE);
+    // The earlier runner saw the VM's end while the Linux side was starting, before it knew when the
+    // run would end, and called it done. On a loaded machine the VM may end before the runner has seen
+    // it running (the run is then refused, and shows nothing of this): up to three tries.
+    let mut tries = 0;
+    let (code, t) = loop {
+        tries += 1;
+        let (code, t) = run_scenario(&file, &[], &dir.path().join(format!("run{tries}")));
+        if !t.contains("before it was running") || tries == 3 {
+            break (code, t);
+        }
+    };
+    assert_eq!(code, Some(1), "{t}");
+    assert!(t.contains("cell \"ctrl\" (kvm, CPU 1) faulted: ended early: its VM ended by itself"), "{t}");
+}
