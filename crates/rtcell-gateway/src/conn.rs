@@ -79,7 +79,8 @@ pub struct ClosedCounters {
     /// At accept: [`MAX_PREAUTH`] unauthenticated connections open, none of its address's among them, and no
     /// address holding more (or none of theirs could be closed).
     pub preauth_full: AtomicU64,
-    /// Unauthenticated, and its place taken by a new connection of an address holding fewer.
+    /// Unauthenticated, and its place taken by a new connection of an address holding fewer, or of its own
+    /// address (see [`Conns::evict_oldest`]).
     pub preauth_evicted: AtomicU64,
     /// Its identity already had [`MAX_CONNECTIONS_PER_IDENTITY`] connections.
     pub identity_full: AtomicU64,
@@ -351,9 +352,9 @@ impl Conns {
     }
 
     /// Guards an accepted connection, or `None` (counted) if no place can be made for it. When its
-    /// address's unauthenticated places are all taken, it takes the place of the address's oldest
-    /// unauthenticated connection (closed): whoever else shares the address cannot keep a client of it
-    /// out by holding connections open without authenticating.
+    /// address's unauthenticated places are all taken, it takes the place of one of the address's
+    /// unauthenticated connections (closed; see [`Conns::evict_oldest`]): whoever else shares the address
+    /// cannot keep a client of it out by holding connections open without authenticating.
     pub fn guard<S: std::os::fd::AsRawFd>(
         self: &Arc<Self>,
         io: S,

@@ -424,8 +424,8 @@ fn encode_limits(enc: &mut DescriptorEncoder, l: &Limits) -> std::fmt::Result {
         enc,
         "rtcell_gateway_connections_closed",
         "Connections the gateway closed, by listener (grpc, metrics) and reason: listener_full, address_full and preauth_full at accept, \
-         address_role_full (its role's most connections from its address), preauth_evicted (unauthenticated, or on metrics not yet answered, its place given to an address \
-         holding fewer), no_request (no authenticated request, or on metrics no request, within the deadline), identity_full (its identity's most connections), role_full (its role's clients' most connections), idle \
+         address_role_full (its role's most connections from its address), preauth_evicted (unauthenticated, or on metrics not yet answered, its place given to a newer connection of an address \
+         holding fewer or of its own address, those that sent nothing first), no_request (no authenticated request, or on metrics no request, within the deadline), identity_full (its identity's most connections), role_full (its role's clients' most connections), idle \
          (no request in flight for the idle timeout), auth_failures (too many failed authentications), \
          stalled_stream (a stream its client did not read).",
         l.closed.iter().map(|(l, r, n)| (ClosedLabels { listener: (*l).to_string(), reason: (*r).to_string() }, *n)),
