@@ -19,7 +19,7 @@ pub fn cycles_ok(t: &TaskResult) -> bool {
     got.abs_diff(t.expected) <= tol
 }
 
-/// The human report: per-task table, per-channel counts, steal.
+/// The human report: per-task table, per-channel counts, what the masters and cells did, steal.
 pub fn text(plan: &Plan, r: &RunResult) -> String {
     let mut s = String::new();
     s.push_str(&format!(
@@ -31,6 +31,17 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
         r.measured.as_secs_f64(),
         if r.incomplete { " (stopped early)" } else { "" }
     ));
+    task_table(r, &mut s);
+    channel_table(r, &mut s);
+    master_lines(plan, r, &mut s);
+    trip_lines(r, &mut s);
+    cell_lines(r, &mut s);
+    footer(r, &mut s);
+    s
+}
+
+/// The per-task table (CODESYS task statistics); a scribbled block's figures are shown as `?`.
+fn task_table(r: &RunResult, s: &mut String) {
     let mut t = Table::new(&[
         "task",
         "cell",
@@ -77,6 +88,10 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
     s.push_str("Tasks (times in us; latency = start - intended release; exec = end - start):\n");
     s.push_str(&t.render());
     s.push('\n');
+}
+
+/// The per-channel message counts.
+fn channel_table(r: &RunResult, s: &mut String) {
     if !r.channels.is_empty() {
         let secs = r.measured.as_secs_f64().max(1e-9);
         let mut c = Table::new(&["channel", "sent", "received", "lost", "refused", "queued at end", "per second"]);
@@ -95,6 +110,10 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
         s.push_str(&c.render());
         s.push('\n');
     }
+}
+
+/// A line per offload, C offload and EtherCAT master: what it sent, got back and checked.
+fn master_lines(plan: &Plan, r: &RunResult, s: &mut String) {
     let offload: Vec<&TaskResult> = r
         .tasks
         .iter()
@@ -158,6 +177,10 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             c.errors
         ));
     }
+}
+
+/// A line per task that tripped: when, why, and the safe value its output holds.
+fn trip_lines(r: &RunResult, s: &mut String) {
     for x in r.tasks.iter().filter(|t| !t.scribbled) {
         if let Some(k) = x.counters.trip_cycle {
             s.push_str(&format!(
@@ -170,6 +193,10 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             ));
         }
     }
+}
+
+/// A line per cell (kind, CPU, status, start, exits, its claim), then its log.
+fn cell_lines(r: &RunResult, s: &mut String) {
     for c in &r.cells {
         let start = c.start.map_or(String::new(), |d| format!(", started in {:.1} ms", d.as_secs_f64() * 1e3));
         let exits =
@@ -190,6 +217,10 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             s.push_str(&format!("cell {:?}: {storm}\n", c.name));
         }
     }
+}
+
+/// Steal during the run, and tasks whose cycle counts are off.
+fn footer(r: &RunResult, s: &mut String) {
     let steal: Vec<String> = r.steal_ms.iter().map(|(cpu, ms)| format!("CPU {cpu} {ms:.0} ms")).collect();
     if !steal.is_empty() {
         s.push_str(&format!("Stolen by the host during the run: {}\n", steal.join(", ")));
@@ -201,7 +232,6 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
             off.join(", ")
         ));
     }
-    s
 }
 
 /// A series from a shared-memory histogram (ns), in us. Min, max and mean are exact; the percentiles
