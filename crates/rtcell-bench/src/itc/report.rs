@@ -1,6 +1,7 @@
 //! The itc suite's figures: its series per mechanism, placement and trigger, the report text, and the speed goal against the floors measured in the same run.
 
 use super::*;
+use rtcell_report::Series;
 use rtcell_report::goal::Goal;
 
 /// Medians of the cross-CPU back-to-back cells, for the speed goal: (mechanism, bytes) -> median us.
@@ -15,50 +16,7 @@ pub(super) fn build(
     mut warnings: Vec<String>,
     incomplete: bool,
 ) -> SuiteRun {
-    let mut series = Vec::new();
-    let mut total_errors = 0;
-    let mut aborted = Vec::new();
-    // (placement, trigger, mechanism, size) -> the cell's series.
-    let mut by_cell: ByCell = BTreeMap::new();
-    for c in cells {
-        let errors = c.m.mismatches + u64::from(c.m.aborted.is_some());
-        total_errors += errors;
-        let mut l = labels!(
-            "mechanism" => c.mechanism.as_str(),
-            "bytes" => c.size,
-            "placement" => c.placement.as_str(),
-            "trigger" => c.trigger.as_str(),
-            "load" => cfg.load.as_str(),
-            "data" => c.mechanism.data_path().as_str(),
-            "requester_cpu" => cfg.requester_cpu,
-            "responder_cpu" => cfg.responder_cpu_for(c.placement),
-        );
-        if c.trigger == Trigger::Periodic {
-            l.insert("period_us".into(), cfg.period_us.to_string());
-        }
-        if let Some(why) = &c.m.aborted {
-            let what =
-                format!("{} {} B, {}, {}", c.mechanism.as_str(), c.size, c.placement.as_str(), c.trigger.as_str());
-            warnings.push(format!("itc {what}: {why} (counted as an error)"));
-            aborted.push(serde_json::json!({
-                "mechanism": c.mechanism.as_str(), "bytes": c.size, "placement": c.placement.as_str(),
-                "trigger": c.trigger.as_str(), "reason": why,
-            }));
-        }
-        if c.m.mismatches > 0 {
-            warnings.push(format!(
-                "itc {} {} B, {}, {}: {} replies differed from the request",
-                c.mechanism.as_str(),
-                c.size,
-                c.placement.as_str(),
-                c.trigger.as_str(),
-                c.m.mismatches
-            ));
-        }
-        by_cell.insert((c.placement.as_str(), c.trigger.as_str(), c.mechanism, c.size), series.len());
-        series.push(series_us(tsc, "itc_rtt", l, Kind::RoundTrip, &c.m.ticks, errors));
-    }
-
+    let CellSeries { mut series, by_cell, aborted, errors: total_errors } = cell_series(tsc, cfg, cells, &mut warnings);
     let mut text = String::new();
     let mut not_applicable = Vec::new();
     let host = rtcell_host::facts::HostFacts::collect(Some(tsc.khz()));
@@ -74,48 +32,8 @@ pub(super) fn build(
             text.push_str(&table.render(&mut not_applicable));
         }
     }
-    text.push_str(
-        "data: kernel = the kernel copies the payload; shared-buffer = the payload sits in a buffer the mechanism guards \
-         (written before the signal, read after the wake-up); ring = rtcell ring in shared memory. \
-         Every reply is checked byte for byte; p99.9 and max of every cell are in results.json (series itc_rtt).\n",
-    );
-    if cfg.mechanisms.contains(&Mechanism::Mutex) && cells.iter().any(|c| c.placement == Placement::CrossCpu) {
-        text.push_str(
-            "mutex across CPUs: the kernel's PI futex waiter (rt_mutex) spins while the owner runs on another CPU \
-             (adaptive spinning) instead of sleeping, so both CPUs stay busy, as with a polled ring.\n",
-        );
-    }
-    text.push_str(&seed_002_line());
-    if let Some((runtime, period)) = rt_throttling() {
-        text.push_str(&format!(
-            "RT throttling is on (sched_rt_runtime_us {runtime} of sched_rt_period_us {period}): a CPU kept busy by \
-             SCHED_FIFO threads (same-cpu back-to-back, a spinning waiter) is taken from them for up to {:.0} ms of \
-             every {:.0} ms so normal tasks run; maxima near that are the throttling, not the mechanism (rtcell check \
-             shows the fix)\n",
-            (period - runtime) as f64 / 1000.0,
-            period as f64 / 1000.0
-        ));
-    }
-    let mut floor_ns = None;
-    if let Some((c, m)) = floor {
-        let before = if cfg.triggers.contains(&Trigger::BackToBack) && cfg.mechanisms.contains(&Mechanism::RingPoll) {
-            "the polled ring's cells"
-        } else {
-            "the first cross-CPU cells"
-        };
-        let s = c2c::series(tsc, c, m);
-        floor_ns = s.first().map(|x| x.stats.median);
-        text.push_str(&format!(
-            "c2c floor, CPU {} <-> CPU {}, taken right before {before}: cache-line round trip median {:.1} ns \
-             (each timed), one way median {:.1} ns (batch RTT / 2); the floor under any shared-memory channel between these \
-             CPUs, and it moves with where the outer hypervisor runs our vCPUs\n",
-            c.cpu_a,
-            c.cpu_b,
-            s.first().map_or(f64::NAN, |x| x.stats.median),
-            s.get(1).map_or(f64::NAN, |x| x.stats.median),
-        ));
-        series.extend(s);
-    }
+    text.push_str(&notes_text(cfg, cells));
+    let floor_ns = floor.and_then(|f| floor_text(tsc, cfg, f, &mut series, &mut text));
 
     let medians: Medians = cells
         .iter()
@@ -164,6 +82,125 @@ pub(super) fn build(
     let mut suite = Suite::new("itc", config);
     suite.series = series;
     SuiteRun { suite, text, warnings, incomplete, errors: total_errors, failure: None }
+}
+
+/// Each cell's series, where it is, and what failed (mismatched replies, aborted measurements, each
+/// also a warning).
+struct CellSeries<'a> {
+    series: Vec<Series>,
+    by_cell: ByCell<'a>,
+    aborted: Vec<serde_json::Value>,
+    errors: u64,
+}
+
+fn cell_series<'a>(
+    tsc: &TscClock,
+    cfg: &ItcConfig,
+    cells: &'a [CellRun],
+    warnings: &mut Vec<String>,
+) -> CellSeries<'a> {
+    let mut series = Vec::new();
+    let mut total_errors = 0;
+    let mut aborted = Vec::new();
+    // (placement, trigger, mechanism, size) -> the cell's series.
+    let mut by_cell: ByCell = BTreeMap::new();
+    for c in cells {
+        let errors = c.m.mismatches + u64::from(c.m.aborted.is_some());
+        total_errors += errors;
+        let mut l = labels!(
+            "mechanism" => c.mechanism.as_str(),
+            "bytes" => c.size,
+            "placement" => c.placement.as_str(),
+            "trigger" => c.trigger.as_str(),
+            "load" => cfg.load.as_str(),
+            "data" => c.mechanism.data_path().as_str(),
+            "requester_cpu" => cfg.requester_cpu,
+            "responder_cpu" => cfg.responder_cpu_for(c.placement),
+        );
+        if c.trigger == Trigger::Periodic {
+            l.insert("period_us".into(), cfg.period_us.to_string());
+        }
+        if let Some(why) = &c.m.aborted {
+            let what =
+                format!("{} {} B, {}, {}", c.mechanism.as_str(), c.size, c.placement.as_str(), c.trigger.as_str());
+            warnings.push(format!("itc {what}: {why} (counted as an error)"));
+            aborted.push(serde_json::json!({
+                "mechanism": c.mechanism.as_str(), "bytes": c.size, "placement": c.placement.as_str(),
+                "trigger": c.trigger.as_str(), "reason": why,
+            }));
+        }
+        if c.m.mismatches > 0 {
+            warnings.push(format!(
+                "itc {} {} B, {}, {}: {} replies differed from the request",
+                c.mechanism.as_str(),
+                c.size,
+                c.placement.as_str(),
+                c.trigger.as_str(),
+                c.m.mismatches
+            ));
+        }
+        by_cell.insert((c.placement.as_str(), c.trigger.as_str(), c.mechanism, c.size), series.len());
+        series.push(series_us(tsc, "itc_rtt", l, Kind::RoundTrip, &c.m.ticks, errors));
+    }
+
+    CellSeries { series, by_cell, aborted, errors: total_errors }
+}
+
+/// What the tables' words mean, and what shapes their figures (adaptive spinning, RT throttling).
+fn notes_text(cfg: &ItcConfig, cells: &[CellRun]) -> String {
+    let mut text = String::new();
+    text.push_str(
+        "data: kernel = the kernel copies the payload; shared-buffer = the payload sits in a buffer the mechanism guards \
+         (written before the signal, read after the wake-up); ring = rtcell ring in shared memory. \
+         Every reply is checked byte for byte; p99.9 and max of every cell are in results.json (series itc_rtt).\n",
+    );
+    if cfg.mechanisms.contains(&Mechanism::Mutex) && cells.iter().any(|c| c.placement == Placement::CrossCpu) {
+        text.push_str(
+            "mutex across CPUs: the kernel's PI futex waiter (rt_mutex) spins while the owner runs on another CPU \
+             (adaptive spinning) instead of sleeping, so both CPUs stay busy, as with a polled ring.\n",
+        );
+    }
+    text.push_str(&seed_002_line());
+    if let Some((runtime, period)) = rt_throttling() {
+        text.push_str(&format!(
+            "RT throttling is on (sched_rt_runtime_us {runtime} of sched_rt_period_us {period}): a CPU kept busy by \
+             SCHED_FIFO threads (same-cpu back-to-back, a spinning waiter) is taken from them for up to {:.0} ms of \
+             every {:.0} ms so normal tasks run; maxima near that are the throttling, not the mechanism (rtcell check \
+             shows the fix)\n",
+            (period - runtime) as f64 / 1000.0,
+            period as f64 / 1000.0
+        ));
+    }
+    text
+}
+
+/// The cache-line floor measured in the same run: its series join the suite's, its line the text;
+/// returns its round-trip median (ns).
+fn floor_text(
+    tsc: &TscClock,
+    cfg: &ItcConfig,
+    (c, m): &(C2cConfig, C2cMeasurement),
+    series: &mut Vec<Series>,
+    text: &mut String,
+) -> Option<f64> {
+    let before = if cfg.triggers.contains(&Trigger::BackToBack) && cfg.mechanisms.contains(&Mechanism::RingPoll) {
+        "the polled ring's cells"
+    } else {
+        "the first cross-CPU cells"
+    };
+    let s = c2c::series(tsc, c, m);
+    let floor_ns = s.first().map(|x| x.stats.median);
+    text.push_str(&format!(
+        "c2c floor, CPU {} <-> CPU {}, taken right before {before}: cache-line round trip median {:.1} ns \
+         (each timed), one way median {:.1} ns (batch RTT / 2); the floor under any shared-memory channel between these \
+         CPUs, and it moves with where the outer hypervisor runs our vCPUs\n",
+        c.cpu_a,
+        c.cpu_b,
+        s.first().map_or(f64::NAN, |x| x.stats.median),
+        s.get(1).map_or(f64::NAN, |x| x.stats.median),
+    ));
+    series.extend(s);
+    floor_ns
 }
 
 /// Where each cell's series is: (placement, trigger, mechanism, size) -> index in the suite's series.
