@@ -345,11 +345,42 @@ fn run_cell(
     Ok((run, stopped, broke_off))
 }
 
-/// Loopback round trips at the control message size through one cell kind.
-struct LoopbackRun {
+/// The bare loopback round trip of a `kind` cell (the ring, polled, [`MESSAGE_BYTES`]), the floor under
+/// its offloaded controller: its series and its wrong echoes.
+fn loopback_series(
+    tsc: &TscClock,
+    cfg: &ControlConfig,
     kind: CellKind,
-    ticks: Vec<u64>,
-    errors: u64,
+    warnings: &mut Vec<String>,
+) -> Result<(Series, u64), BenchError> {
+    let n = cfg.loopback_iterations();
+    let lb = loopback::cell_round_trips(
+        tsc,
+        kind,
+        cfg.master_cpu,
+        cfg.cell_cpu,
+        cfg.cell_priority,
+        MESSAGE_BYTES,
+        n,
+        warnings,
+    )?;
+    let s = series_us(
+        tsc,
+        "loopback_rtt",
+        labels!(
+            "cell" => kind,
+            "transport" => "ring",
+            "notify" => "poll",
+            "bytes" => MESSAGE_BYTES,
+            "load" => cfg.load.as_str(),
+            "master_cpu" => cfg.master_cpu,
+            "cell_cpu" => cfg.cell_cpu,
+        ),
+        Kind::RoundTrip,
+        &lb.ticks,
+        lb.errors,
+    );
+    Ok((s, lb.errors))
 }
 
 /// Runs the whole suite.
@@ -396,37 +427,10 @@ pub fn run(tsc: &TscClock, cfg: &ControlConfig) -> Result<SuiteRun, BenchError> 
 
     'outer: for placement in std::iter::once(Placement::Local).chain(cfg.cells.iter().map(|&k| Placement::Cell(k))) {
         if let Placement::Cell(kind) = placement {
-            let n = cfg.loopback_iterations();
-            match loopback::cell_round_trips(
-                tsc,
-                kind,
-                cfg.master_cpu,
-                cfg.cell_cpu,
-                cfg.cell_priority,
-                MESSAGE_BYTES,
-                n,
-                &mut warnings,
-            ) {
-                Ok(lb) => {
-                    let lb = LoopbackRun { kind, ticks: lb.ticks, errors: lb.errors };
-                    total_errors += lb.errors;
-                    let s = series_us(
-                        tsc,
-                        "loopback_rtt",
-                        labels!(
-                            "cell" => kind,
-                            "transport" => "ring",
-                            "notify" => "poll",
-                            "bytes" => MESSAGE_BYTES,
-                            "load" => cfg.load.as_str(),
-                            "master_cpu" => cfg.master_cpu,
-                            "cell_cpu" => cfg.cell_cpu,
-                        ),
-                        Kind::RoundTrip,
-                        &lb.ticks,
-                        lb.errors,
-                    );
-                    loopbacks.push((lb.kind, s.clone()));
+            match loopback_series(tsc, cfg, kind, &mut warnings) {
+                Ok((s, errors)) => {
+                    total_errors += errors;
+                    loopbacks.push((kind, s.clone()));
                     series.push(s);
                 }
                 Err(e) => {
