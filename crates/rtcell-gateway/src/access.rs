@@ -62,11 +62,7 @@ impl Role {
 
     /// The role a gRPC method needs (by its name in `rtcell.v1.Gateway`); anything unknown needs admin.
     pub fn needed_for(method: &str) -> Role {
-        match method {
-            "GetStatus" | "GetStats" | "StreamStats" | "ReadSignal" | "GetResults" | "GetMetrics" => Role::Viewer,
-            "WriteSignal" | "StartScenario" | "StopScenario" => Role::Operator,
-            _ => Role::Admin,
-        }
+        METHODS.iter().find(|(m, _)| *m == method).map_or(Role::Admin, |(_, r)| *r)
     }
 }
 
@@ -358,11 +354,27 @@ fn bearer(headers: &http::HeaderMap) -> Result<&str, Status> {
     v.strip_prefix("Bearer ").ok_or_else(|| Status::unauthenticated("authorization is not `Bearer <token>`"))
 }
 
-/// The gRPC method of a request path (only the API's own names; anything else is `(other)`).
-pub fn method_of(path: &str) -> &str {
+/// The methods of `rtcell.v1.Gateway` (proto/rtcell/v1/gateway.proto) and the role each needs.
+pub const METHODS: [(&str, Role); 11] = [
+    ("GetStatus", Role::Viewer),
+    ("GetStats", Role::Viewer),
+    ("StreamStats", Role::Viewer),
+    ("ReadSignal", Role::Viewer),
+    ("WriteSignal", Role::Operator),
+    ("StartScenario", Role::Operator),
+    ("StopScenario", Role::Operator),
+    ("DeployPayload", Role::Admin),
+    ("StopCell", Role::Admin),
+    ("GetResults", Role::Viewer),
+    ("GetMetrics", Role::Viewer),
+];
+
+/// The gRPC method of a request path: one of the API's own names ([`METHODS`]), else `(other)`. Paths
+/// come from clients: only these few names ever become a metrics label or an audit key.
+pub fn method_of(path: &str) -> &'static str {
     path.strip_prefix("/rtcell.v1.Gateway/")
-        .filter(|m| m.len() < 32 && m.chars().all(|c| c.is_ascii_alphanumeric()))
-        .unwrap_or("(other)")
+        .and_then(|m| METHODS.iter().find(|(name, _)| *name == m))
+        .map_or("(other)", |(name, _)| name)
 }
 
 /// In front of the service: identifies the caller, checks the method's role, and hands the [`Caller`]
@@ -537,6 +549,29 @@ fn status_of(headers: &http::HeaderMap) -> Option<Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_api_s_own_method_names_become_labels() {
+        assert_eq!(method_of("/rtcell.v1.Gateway/GetStatus"), "GetStatus");
+        assert_eq!(method_of("/rtcell.v1.Gateway/StopCell"), "StopCell");
+        // Names a client makes up are one label, however many it sends.
+        for made_up in ["NoSuchMethod", "A1", "GetStatus2", "getstatus", "", "GetStatus/x"] {
+            assert_eq!(method_of(&format!("/rtcell.v1.Gateway/{made_up}")), "(other)", "{made_up:?}");
+        }
+        assert_eq!(method_of("/other.Service/GetStatus"), "(other)");
+        assert_eq!(Role::needed_for("StartScenario"), Role::Operator);
+        assert_eq!(Role::needed_for("GetResults"), Role::Viewer);
+        assert_eq!(Role::needed_for("NoSuchMethod"), Role::Admin);
+        let served: Vec<&str> = METHODS.iter().map(|(m, _)| *m).collect();
+        let proto = include_str!("../../../proto/rtcell/v1/gateway.proto");
+        let declared: Vec<&str> = proto
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("rpc "))
+            .filter_map(|l| l.split('(').next())
+            .map(str::trim)
+            .collect();
+        assert_eq!(served, declared, "METHODS lists the proto's methods in its order");
+    }
 
     #[test]
     fn token_files_give_roles_and_refuse_duplicates_with_their_line() {

@@ -13,7 +13,8 @@
 //! [`Conns::answered`]) hold at most [`MAX_PREAUTH`] of the listener's places, so authenticated clients
 //! always have the other half; when those are taken a new connection takes the place of the oldest
 //! unauthenticated one of the address holding the most (so addresses that hold many cannot keep out one
-//! that holds few), or, if its own address holds as many as any, of one of its own address's. Within an address,
+//! that holds few), or, if its own address holds as many as any, of one of its own address's (or, when each of
+//! its own has sent something, of a silent one of an address holding as many). Within an address,
 //! the connection that makes room is the oldest that has sent nothing yet (a byte read, or one waiting
 //! in its socket), so a client that has written its first request outlives sockets opened after it in
 //! silence, however fast; only if each has sent something is the oldest closed.
@@ -23,7 +24,7 @@
 //! request has passed authentication ([`Conns::admit`], called by `access::Authorized` once the caller is identified;
 //! on mutual TLS the handshake checked the certificate; on the Unix socket the socket's mode did).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -32,6 +33,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::share::{Share, Shares};
+
+mod pending;
+use pending::Pending;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
@@ -157,7 +161,21 @@ struct State {
 #[derive(Clone, Default)]
 pub struct Conn(Arc<State>);
 
+/// The two ends of a TCP connection: how a request finds its connection. The peer's address and port
+/// alone are not unique: one source port may reach a listener on a wildcard address at two of its local
+/// addresses (127.0.0.1 and 127.0.0.2, or a LAN address), and one peer must not stand for another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ends {
+    pub local: SocketAddr,
+    pub peer: SocketAddr,
+}
+
 impl Conn {
+    /// The same connection (not another one of the same ends).
+    fn is(&self, other: &Conn) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// Whether the peer has sent anything yet: a byte the gateway has read, or one waiting in the
     /// socket's receive queue (a client that has written its first request, not yet read). Call it only
     /// while the connection is among the pending ones, under their lock (its socket is open then).
@@ -237,8 +255,8 @@ pub struct UnixConn {
 
 /// The connections of one listener.
 pub struct Conns {
-    /// Open TCP connections by peer address (ip, port): how `admit` finds a request's connection.
-    by_peer: Mutex<HashMap<SocketAddr, Conn>>,
+    /// Open TCP connections by their two ends: how `admit` finds a request's connection.
+    by_ends: Mutex<HashMap<Ends, Conn>>,
     /// Unauthenticated connections per address.
     per_ip: Arc<Shares<IpAddr>>,
     /// Authenticated connections per address and role.
@@ -250,18 +268,10 @@ pub struct Conns {
     pub closed: Arc<ClosedCounters>,
 }
 
-/// A listener's unauthenticated TCP connections, oldest first per address.
-#[derive(Default)]
-struct Pending {
-    n: usize,
-    seq: u64,
-    by_ip: HashMap<IpAddr, VecDeque<(u64, Conn)>>,
-}
-
 impl Conns {
     pub fn new(closed: Arc<ClosedCounters>) -> Arc<Conns> {
         Arc::new(Conns {
-            by_peer: Mutex::default(),
+            by_ends: Mutex::default(),
             per_ip: Shares::new(MAX_CONNECTIONS_PER_ADDRESS),
             per_ip_role: Shares::new(MAX_CONNECTIONS_PER_ADDRESS),
             per_identity: Shares::new(MAX_CONNECTIONS_PER_IDENTITY),
@@ -272,85 +282,6 @@ impl Conns {
         })
     }
 
-    /// Counts `conn` among the unauthenticated connections of `ip`: in a free place, or in the place of
-    /// one of the address holding the most (if that is more than `ip` holds), or else of one of `ip`'s own
-    /// (see [`Conns::evict_oldest`]); `false` only if `ip` holds none and no address holds more.
-    fn enter_pending(&self, ip: IpAddr, conn: &Conn) -> bool {
-        let Ok(mut p) = self.pending.lock() else { return false };
-        if p.n >= MAX_PREAUTH {
-            let mine = p.by_ip.get(&ip).map_or(0, VecDeque::len);
-            let most = p.by_ip.values().map(VecDeque::len).max().unwrap_or(0);
-            let victim = if most > mine {
-                // Of the addresses holding the most, the one whose oldest silent connection is oldest
-                // (one holding a silent connection first): a client that has spoken is passed over.
-                p.by_ip
-                    .iter()
-                    .filter(|(_, q)| q.len() == most)
-                    .map(|(ip, q)| {
-                        let silent = q.iter().find(|(_, c)| !c.has_spoken()).map(|e| e.0);
-                        let oldest = q.front().map_or(0, |e| e.0);
-                        (*ip, (silent.is_some(), std::cmp::Reverse(silent.unwrap_or(oldest))))
-                    })
-                    .max_by_key(|(_, key)| *key)
-                    .map(|(ip, _)| ip)
-            } else {
-                // Its own address holds as many as any: it makes room among its own, never another's.
-                (mine > 0).then_some(ip)
-            };
-            let Some(v) = victim else { return false };
-            self.evict_oldest(&mut p, v);
-        }
-        p.seq += 1;
-        let seq = p.seq;
-        p.by_ip.entry(ip).or_default().push_back((seq, conn.clone()));
-        p.n += 1;
-        conn.0.pending.store(true, Ordering::Release);
-        true
-    }
-
-    /// Closes an unauthenticated connection of `ip` and returns its place among its address's (see
-    /// [`Conns::guard`]): the oldest that has sent nothing yet, or if each has, the oldest. A client that
-    /// has written its first request is so passed over in favour of sockets held open in silence, however
-    /// fast those are opened beside it. One being admitted right now is passed over, it is no longer pending.
-    fn evict_oldest(&self, p: &mut Pending, ip: IpAddr) -> Option<Share<IpAddr>> {
-        loop {
-            let q = p.by_ip.get_mut(&ip)?;
-            let at = q.iter().position(|(_, c)| !c.has_spoken()).unwrap_or(0);
-            let old = q.remove(at).map(|(_, c)| c);
-            if q.is_empty() {
-                p.by_ip.remove(&ip);
-            }
-            let old = old?;
-            p.n = p.n.saturating_sub(1);
-            old.0.pending.store(false, Ordering::Release);
-            let place = old.0.preauth.lock().ok().and_then(|mut pre| pre.take());
-            if place.is_some() {
-                old.close();
-                self.closed.preauth_evicted.fetch_add(1, Ordering::Relaxed);
-                return place;
-            }
-        }
-    }
-
-    /// No longer among the unauthenticated connections (admitted, or gone).
-    fn leave_pending(&self, ip: IpAddr, conn: &Conn) {
-        // Every request of an admitted connection comes here: no listener-wide lock for those.
-        if !conn.0.pending.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(mut p) = self.pending.lock() else { return };
-        if !conn.0.pending.swap(false, Ordering::AcqRel) {
-            return;
-        }
-        if let Some(q) = p.by_ip.get_mut(&ip) {
-            q.retain(|(_, c)| !Arc::ptr_eq(&c.0, &conn.0));
-            if q.is_empty() {
-                p.by_ip.remove(&ip);
-            }
-        }
-        p.n = p.n.saturating_sub(1);
-    }
-
     /// Guards an accepted connection, or `None` (counted) if no place can be made for it. When its
     /// address's unauthenticated places are all taken, it takes the place of one of the address's
     /// unauthenticated connections (closed; see [`Conns::evict_oldest`]): whoever else shares the address
@@ -358,15 +289,16 @@ impl Conns {
     pub fn guard<S: std::os::fd::AsRawFd>(
         self: &Arc<Self>,
         io: S,
-        peer: Option<SocketAddr>,
+        ends: Option<Ends>,
         permit: OwnedSemaphorePermit,
     ) -> Option<Guarded<S>> {
         let conn = Conn::default();
         conn.0.fd.store(io.as_raw_fd(), Ordering::Release);
-        if let Some(p) = peer {
-            let place = self.per_ip.take(p.ip()).or_else(|| {
+        if let Some(e) = ends {
+            let ip = e.peer.ip();
+            let place = self.per_ip.take(ip).or_else(|| {
                 let mut pending = self.pending.lock().ok()?;
-                self.evict_oldest(&mut pending, p.ip())
+                self.evict_oldest(&mut pending, ip)
             });
             let Some(s) = place else {
                 self.closed.address_full.fetch_add(1, Ordering::Relaxed);
@@ -375,16 +307,16 @@ impl Conns {
             if let Ok(mut pre) = conn.0.preauth.lock() {
                 *pre = Some(s);
             }
-            if !self.enter_pending(p.ip(), &conn) {
+            if !self.enter_pending(ip, &conn) {
                 self.closed.preauth_full.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
-            if let Ok(mut m) = self.by_peer.lock() {
-                m.insert(p, conn.clone());
+            if let Ok(mut m) = self.by_ends.lock() {
+                m.insert(e, conn.clone());
             }
         }
         Some(Guarded {
-            slot: Slot { conns: Arc::clone(self), peer, conn: conn.clone() },
+            slot: Slot { conns: Arc::clone(self), ends, conn: conn.clone() },
             io,
             deadline: Some(Box::pin(tokio::time::sleep(AUTH_DEADLINE))),
             idle: None,
@@ -406,7 +338,7 @@ impl Conns {
     pub fn conn_of(&self, ext: &http::Extensions) -> Option<Conn> {
         match ext.get::<UnixConn>() {
             Some(u) => Some(u.conn.clone()),
-            None => peer_of(ext).and_then(|a| self.by_peer.lock().ok().and_then(|m| m.get(&a).cloned())),
+            None => ends_of(ext).and_then(|e| self.by_ends.lock().ok().and_then(|m| m.get(&e).cloned())),
         }
     }
 
@@ -506,26 +438,38 @@ impl Conns {
     }
 }
 
+/// The TCP connection of a request (with or without TLS).
+fn tcp_of(ext: &http::Extensions) -> Option<&TcpConnectInfo> {
+    ext.get::<TcpConnectInfo>()
+        .or_else(|| ext.get::<tonic::transport::server::TlsConnectInfo<TcpConnectInfo>>().map(|i| i.get_ref()))
+}
+
 /// The peer address of a TCP request (with or without TLS).
 pub(crate) fn peer_of(ext: &http::Extensions) -> Option<SocketAddr> {
-    ext.get::<TcpConnectInfo>().and_then(|i| i.remote_addr()).or_else(|| {
-        ext.get::<tonic::transport::server::TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.get_ref().remote_addr())
-    })
+    tcp_of(ext).and_then(|i| i.remote_addr())
+}
+
+/// Both ends of a TCP request's connection (with or without TLS).
+fn ends_of(ext: &http::Extensions) -> Option<Ends> {
+    tcp_of(ext).and_then(|i| Some(Ends { local: i.local_addr()?, peer: i.remote_addr()? }))
 }
 
 /// Frees a connection's places when the connection goes.
 struct Slot {
     conns: Arc<Conns>,
-    peer: Option<SocketAddr>,
+    ends: Option<Ends>,
     conn: Conn,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let Some(p) = self.peer else { return };
-        self.conns.leave_pending(p.ip(), &self.conn);
-        if let Ok(mut m) = self.conns.by_peer.lock() {
-            m.remove(&p);
+        let Some(e) = self.ends else { return };
+        self.conns.leave_pending(e.peer.ip(), &self.conn);
+        if let Ok(mut m) = self.conns.by_ends.lock() {
+            // Only its own entry: a new connection of the same ends may have taken the key already.
+            if m.get(&e).is_some_and(|c| c.is(&self.conn)) {
+                m.remove(&e);
+            }
         }
         if let Ok(mut held) = self.conn.0.identity.lock() {
             held.take();
@@ -587,7 +531,7 @@ impl<S> Guarded<S> {
     /// The idle timeout of an authenticated TCP connection: running while no request is in flight,
     /// restarted by each request.
     fn idle_check(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
-        self.slot.peer?;
+        self.slot.ends?;
         let started = self.conn.0.started.load(Ordering::Relaxed);
         if self.conn.0.in_flight.load(Ordering::Acquire) > 0 || started != self.seen {
             self.seen = started;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Semaphore;
 
-use crate::conn::{Conns, Guarded};
+use crate::conn::{Conns, Ends, Guarded};
 
 /// A listening address as given on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,23 +122,24 @@ pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, String> {
 /// A listener the connection cap can drive.
 pub trait Accept: Send + 'static {
     type Io: Send + std::os::fd::AsRawFd + 'static;
-    /// A connection and its peer's address (TCP; `None` for a Unix socket).
-    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<(Self::Io, Option<SocketAddr>)>> + Send;
+    /// A connection and its two ends (TCP; `None` for a Unix socket).
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<(Self::Io, Option<Ends>)>> + Send;
 }
 
 impl Accept for tokio::net::UnixListener {
     type Io = tokio::net::UnixStream;
-    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<SocketAddr>)> {
+    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<Ends>)> {
         self.accept().await.map(|(s, _)| (s, None))
     }
 }
 
 impl Accept for tokio::net::TcpListener {
     type Io = tokio::net::TcpStream;
-    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<SocketAddr>)> {
+    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<Ends>)> {
         let (s, peer) = self.accept().await?;
         let _ = s.set_nodelay(true);
-        Ok((s, Some(peer)))
+        let local = s.local_addr()?;
+        Ok((s, Some(Ends { local, peer })))
     }
 }
 

@@ -376,7 +376,7 @@ impl prometheus_client::collector::Collector for Scrape {
         counter(
             &mut enc,
             "rtcell_gateway_requests",
-            "gRPC requests by method and status code (codes other than ok were refused or failed).",
+            "gRPC requests by method (the API's own; any other path is (other)) and status code (codes other than ok were refused or failed).",
             self.requests.iter().map(|((m, c), n)| (RequestLabels { method: m.clone(), code: c.clone() }, *n)),
         )?;
         counter(

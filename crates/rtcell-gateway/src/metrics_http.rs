@@ -16,7 +16,7 @@ use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use crate::conn::Conns;
+use crate::conn::{Conns, Ends};
 use crate::service::Gateway;
 
 /// The content type of the text exposition format 0.0.4.
@@ -48,7 +48,8 @@ pub async fn serve(l: tokio::net::TcpListener, gateway: Arc<Gateway>, mut stop: 
             conns.closed.listener_full.fetch_add(1, Ordering::Relaxed);
             continue;
         };
-        let Some(guarded) = conns.guard(io, Some(peer), permit) else {
+        let Ok(local) = io.local_addr() else { continue };
+        let Some(guarded) = conns.guard(io, Some(Ends { local, peer }), permit) else {
             gateway.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
             continue;
         };

@@ -239,6 +239,88 @@ fn a_client_that_has_spoken_outlives_silent_sockets_opened_after_it_from_its_add
 }
 
 #[test]
+fn a_client_that_has_spoken_outlives_a_silent_socket_from_its_address_when_every_address_holds_one() {
+    use rtcell_gateway::conn::MAX_PREAUTH;
+    let (s, addr, sa) = serve_tcp_with_roles();
+    let url = s.metrics_url();
+    rt().block_on(async {
+        // The listener's unauthenticated share, one place per address: a client from 127.0.0.1 that has
+        // written its preface (no request yet, so not authenticated), and a silent socket from each of the
+        // others.
+        let io = tcp_from(loopback(1), sa).await.expect("connects");
+        let mut client = connect_over(&tcp(&addr, Some(ADMIN_TOKEN), None), io).await.expect("handshake");
+        let mut silent = Vec::new();
+        for i in 1..MAX_PREAUTH {
+            let from = std::net::Ipv4Addr::new(127, 40, (i / 250) as u8, (i % 250 + 1) as u8).into();
+            silent.push(tcp_from(from, sa).await.expect("connects"));
+        }
+        // A silent socket from the client's address, which then holds as many as any. The earlier gateway
+        // made room among that address's own, and the client was the only one there.
+        silent.push(tcp_from(loopback(1), sa).await.expect("connects"));
+        // Watched on the /metrics listener, whose connections do not count on the gRPC one.
+        let t0 = Instant::now();
+        loop {
+            let u = url.clone();
+            let text = tokio::task::spawn_blocking(move || page(&u)).await.unwrap().expect("metrics page");
+            if closed(&text, "preauth_evicted") >= 1.0 {
+                break;
+            }
+            assert!(t0.elapsed() < PATIENCE, "the gateway never took in the last socket: {text}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        client.get_status(pb::GetStatusRequest {}).await.expect("the client that had spoken keeps its connection");
+        drop(silent);
+    });
+}
+
+/// A TCP connection to `to` from exactly `local` (SO_REUSEADDR: a port another connected socket holds).
+async fn tcp_bound(local: std::net::SocketAddr, to: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let s = tokio::net::TcpSocket::new_v4()?;
+    s.set_reuseaddr(true)?;
+    s.bind(local)?;
+    s.connect(to).await
+}
+
+#[test]
+fn a_connection_from_the_same_source_port_to_another_local_address_never_stands_for_a_client_s() {
+    use tokio::io::AsyncWriteExt;
+    let (_s, addr, sa) = serve_tcp_with_roles();
+    let wrong = "wrong-0123456789abcdef0123456789";
+    rt().block_on(async {
+        // The client: one connection from 127.0.0.1:X, with a token the gateway refuses.
+        let io = tcp_bound((loopback(1), 0).into(), sa).await.expect("connects");
+        let from = io.local_addr().unwrap();
+        let mut client = connect_over(&tcp(&addr, Some(wrong), None), io).await.expect("handshake");
+        // Another connection from the very same address and port, to the listener's other local address
+        // (it listens on 0.0.0.0): the same peer, other ends. It speaks HTTP/2 and waits for the server's
+        // settings, so the gateway has taken it in.
+        let mut other = tcp_bound(from, std::net::SocketAddr::new(loopback(2), sa.port())).await.expect("connects");
+        other.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(PATIENCE, other.read(&mut buf)).await.expect("settings in time").unwrap();
+        assert!(n > 0, "the gateway closed the other connection at once");
+        // The client's failed authentications count on its own connection: after the last allowed one,
+        // its next request finds it closed. The earlier gateway found connections by the peer's address
+        // and port: the client's requests counted on the other connection, which was closed instead.
+        for _ in 0..MAX_AUTH_FAILURES {
+            let e = client.get_status(pb::GetStatusRequest {}).await.expect_err("a wrong token");
+            assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e}");
+        }
+        let t0 = Instant::now();
+        loop {
+            match client.get_status(pb::GetStatusRequest {}).await {
+                Err(e) if e.code() == tonic::Code::Unauthenticated => {
+                    assert!(t0.elapsed() < PATIENCE, "the client's connection outlived its failures: {e}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ => break,
+            }
+        }
+        drop(other);
+    });
+}
+
+#[test]
 fn one_viewer_token_holds_at_most_its_share_of_the_statistics_streams() {
     let (_s, addr, _) = serve_tcp_with_roles();
     rt().block_on(async {
@@ -265,7 +347,13 @@ fn one_viewer_token_holds_at_most_its_share_of_the_statistics_streams() {
 }
 
 /// One GET /metrics from 127.0.0.1: the status line, or the error.
+/// The status line of a `GET /metrics` at `url`.
 fn scrape(url: &str) -> Result<String, String> {
+    page(url).map(|p| p.lines().next().unwrap_or("").to_string())
+}
+
+/// The whole answer (status line, headers, body) to a `GET /metrics` at `url`.
+fn page(url: &str) -> Result<String, String> {
     use std::io::{Read, Write};
     let host = url.trim_start_matches("http://").split('/').next().unwrap().to_string();
     let mut c = std::net::TcpStream::connect(&host).map_err(|e| e.to_string())?;
@@ -273,7 +361,7 @@ fn scrape(url: &str) -> Result<String, String> {
     write!(c, "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
     let mut out = String::new();
     c.read_to_string(&mut out).map_err(|e| e.to_string())?;
-    Ok(out.lines().next().unwrap_or("").to_string())
+    Ok(out)
 }
 
 #[test]
