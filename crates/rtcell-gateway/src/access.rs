@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 
 use sha2::{Digest, Sha256};
 use tonic::Status;
-use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
+use tonic::transport::server::{TlsConnectInfo, UdsConnectInfo};
 
 use crate::security::hex;
 use crate::service::Gateway;
@@ -302,7 +302,7 @@ impl Access {
                 },
             });
         }
-        let tls_info = ext.get::<TlsConnectInfo<TcpConnectInfo>>();
+        let tls_info = ext.get::<TlsConnectInfo<crate::conn::TcpConn>>();
         let peer = crate::conn::peer_of(ext);
         let addr = peer.map_or_else(|| "?".into(), |a| a.to_string());
         let ip = peer.map_or_else(|| "?".into(), |a| a.ip().to_string());

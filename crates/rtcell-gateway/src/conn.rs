@@ -24,7 +24,6 @@
 //! request has passed authentication ([`Conns::admit`], called by `access::Authorized` once the caller is identified;
 //! on mutual TLS the handshake checked the certificate; on the Unix socket the socket's mode did).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -39,7 +38,7 @@ use pending::Pending;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
-use tonic::transport::server::{Connected, TcpConnectInfo, UdsConnectInfo};
+use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
 
 /// From accept until the connection's first request has passed authentication (TLS handshake
 /// included); a connection that has not by then is closed.
@@ -161,17 +160,8 @@ struct State {
 #[derive(Clone, Default)]
 pub struct Conn(Arc<State>);
 
-/// The two ends of a TCP connection: how a request finds its connection. The peer's address and port
-/// alone are not unique: one source port may reach a listener on a wildcard address at two of its local
-/// addresses (127.0.0.1 and 127.0.0.2, or a LAN address), and one peer must not stand for another.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Ends {
-    pub local: SocketAddr,
-    pub peer: SocketAddr,
-}
-
 impl Conn {
-    /// The same connection (not another one of the same ends).
+    /// The same connection (not another one of the same address).
     fn is(&self, other: &Conn) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
@@ -253,10 +243,17 @@ pub struct UnixConn {
     pub conn: Conn,
 }
 
+/// The connection information of a guarded TCP connection: the socket's own, and the guard. A request
+/// so carries its own connection; no table keyed by addresses and ports, which another connection of the
+/// same four (a port reused while a request of the old one is still being dispatched) could stand for.
+#[derive(Clone)]
+pub struct TcpConn {
+    pub tcp: TcpConnectInfo,
+    pub conn: Conn,
+}
+
 /// The connections of one listener.
 pub struct Conns {
-    /// Open TCP connections by their two ends: how `admit` finds a request's connection.
-    by_ends: Mutex<HashMap<Ends, Conn>>,
     /// Unauthenticated connections per address.
     per_ip: Arc<Shares<IpAddr>>,
     /// Authenticated connections per address and role.
@@ -271,7 +268,6 @@ pub struct Conns {
 impl Conns {
     pub fn new(closed: Arc<ClosedCounters>) -> Arc<Conns> {
         Arc::new(Conns {
-            by_ends: Mutex::default(),
             per_ip: Shares::new(MAX_CONNECTIONS_PER_ADDRESS),
             per_ip_role: Shares::new(MAX_CONNECTIONS_PER_ADDRESS),
             per_identity: Shares::new(MAX_CONNECTIONS_PER_IDENTITY),
@@ -289,13 +285,12 @@ impl Conns {
     pub fn guard<S: std::os::fd::AsRawFd>(
         self: &Arc<Self>,
         io: S,
-        ends: Option<Ends>,
+        peer: Option<IpAddr>,
         permit: OwnedSemaphorePermit,
     ) -> Option<Guarded<S>> {
         let conn = Conn::default();
         conn.0.fd.store(io.as_raw_fd(), Ordering::Release);
-        if let Some(e) = ends {
-            let ip = e.peer.ip();
+        if let Some(ip) = peer {
             let place = self.per_ip.take(ip).or_else(|| {
                 let mut pending = self.pending.lock().ok()?;
                 self.evict_oldest(&mut pending, ip)
@@ -311,12 +306,9 @@ impl Conns {
                 self.closed.preauth_full.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
-            if let Ok(mut m) = self.by_ends.lock() {
-                m.insert(e, conn.clone());
-            }
         }
         Some(Guarded {
-            slot: Slot { conns: Arc::clone(self), ends, conn: conn.clone() },
+            slot: Slot { conns: Arc::clone(self), peer, conn: conn.clone() },
             io,
             deadline: Some(Box::pin(tokio::time::sleep(AUTH_DEADLINE))),
             idle: None,
@@ -338,7 +330,7 @@ impl Conns {
     pub fn conn_of(&self, ext: &http::Extensions) -> Option<Conn> {
         match ext.get::<UnixConn>() {
             Some(u) => Some(u.conn.clone()),
-            None => ends_of(ext).and_then(|e| self.by_ends.lock().ok().and_then(|m| m.get(&e).cloned())),
+            None => tcp_conn_of(ext).map(|t| t.conn.clone()),
         }
     }
 
@@ -438,39 +430,27 @@ impl Conns {
     }
 }
 
-/// The TCP connection of a request (with or without TLS).
-fn tcp_of(ext: &http::Extensions) -> Option<&TcpConnectInfo> {
-    ext.get::<TcpConnectInfo>()
-        .or_else(|| ext.get::<tonic::transport::server::TlsConnectInfo<TcpConnectInfo>>().map(|i| i.get_ref()))
+/// The guarded TCP connection of a request (with or without TLS).
+fn tcp_conn_of(ext: &http::Extensions) -> Option<&TcpConn> {
+    ext.get::<TcpConn>().or_else(|| ext.get::<TlsConnectInfo<TcpConn>>().map(TlsConnectInfo::get_ref))
 }
 
 /// The peer address of a TCP request (with or without TLS).
 pub(crate) fn peer_of(ext: &http::Extensions) -> Option<SocketAddr> {
-    tcp_of(ext).and_then(|i| i.remote_addr())
-}
-
-/// Both ends of a TCP request's connection (with or without TLS).
-fn ends_of(ext: &http::Extensions) -> Option<Ends> {
-    tcp_of(ext).and_then(|i| Some(Ends { local: i.local_addr()?, peer: i.remote_addr()? }))
+    tcp_conn_of(ext).and_then(|i| i.tcp.remote_addr())
 }
 
 /// Frees a connection's places when the connection goes.
 struct Slot {
     conns: Arc<Conns>,
-    ends: Option<Ends>,
+    peer: Option<IpAddr>,
     conn: Conn,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let Some(e) = self.ends else { return };
-        self.conns.leave_pending(e.peer.ip(), &self.conn);
-        if let Ok(mut m) = self.conns.by_ends.lock() {
-            // Only its own entry: a new connection of the same ends may have taken the key already.
-            if m.get(&e).is_some_and(|c| c.is(&self.conn)) {
-                m.remove(&e);
-            }
-        }
+        let Some(ip) = self.peer else { return };
+        self.conns.leave_pending(ip, &self.conn);
         if let Ok(mut held) = self.conn.0.identity.lock() {
             held.take();
         }
@@ -531,7 +511,7 @@ impl<S> Guarded<S> {
     /// The idle timeout of an authenticated TCP connection: running while no request is in flight,
     /// restarted by each request.
     fn idle_check(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
-        self.slot.ends?;
+        self.slot.peer?;
         let started = self.conn.0.started.load(Ordering::Relaxed);
         if self.conn.0.in_flight.load(Ordering::Acquire) > 0 || started != self.seen {
             self.seen = started;
@@ -554,9 +534,9 @@ impl<S> Guarded<S> {
 use std::future::Future as _;
 
 impl Connected for Guarded<tokio::net::TcpStream> {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = TcpConn;
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
+        TcpConn { tcp: self.io.connect_info(), conn: self.conn.clone() }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Where the gateway listens: a Unix socket (default) or TCP, and the caps on open connections.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Semaphore;
 
-use crate::conn::{Conns, Ends, Guarded};
+use crate::conn::{Conns, Guarded};
 
 /// A listening address as given on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,24 +122,23 @@ pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, String> {
 /// A listener the connection cap can drive.
 pub trait Accept: Send + 'static {
     type Io: Send + std::os::fd::AsRawFd + 'static;
-    /// A connection and its two ends (TCP; `None` for a Unix socket).
-    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<(Self::Io, Option<Ends>)>> + Send;
+    /// A connection and its peer's address (TCP; `None` for a Unix socket).
+    fn accept_one(&self) -> impl std::future::Future<Output = std::io::Result<(Self::Io, Option<IpAddr>)>> + Send;
 }
 
 impl Accept for tokio::net::UnixListener {
     type Io = tokio::net::UnixStream;
-    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<Ends>)> {
+    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<IpAddr>)> {
         self.accept().await.map(|(s, _)| (s, None))
     }
 }
 
 impl Accept for tokio::net::TcpListener {
     type Io = tokio::net::TcpStream;
-    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<Ends>)> {
+    async fn accept_one(&self) -> std::io::Result<(Self::Io, Option<IpAddr>)> {
         let (s, peer) = self.accept().await?;
         let _ = s.set_nodelay(true);
-        let local = s.local_addr()?;
-        Ok((s, Some(Ends { local, peer })))
+        Ok((s, Some(peer.ip())))
     }
 }
 

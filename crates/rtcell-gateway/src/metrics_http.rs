@@ -16,7 +16,7 @@ use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
-use crate::conn::{Conns, Ends};
+use crate::conn::Conns;
 use crate::service::Gateway;
 
 /// The content type of the text exposition format 0.0.4.
@@ -48,8 +48,7 @@ pub async fn serve(l: tokio::net::TcpListener, gateway: Arc<Gateway>, mut stop: 
             conns.closed.listener_full.fetch_add(1, Ordering::Relaxed);
             continue;
         };
-        let Ok(local) = io.local_addr() else { continue };
-        let Some(guarded) = conns.guard(io, Some(Ends { local, peer }), permit) else {
+        let Some(guarded) = conns.guard(io, Some(peer.ip()), permit) else {
             gateway.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
             continue;
         };
