@@ -17,8 +17,8 @@ use rtcell_report::goal::Goal;
 use rtcell_report::table::{Table, fmt_us};
 use rtcell_report::{Kind, Series, Suite, Unit, labels};
 
-use crate::latency::measure::{monotonic_ns as mono_ns, sleep_until};
 use crate::{BenchError, SuiteRun, stop_requested};
+use rtcell_host::clock::{mono_ns, sleep_until};
 use rtcell_loads::{Load, RunningLoad};
 
 #[derive(Debug, Clone)]

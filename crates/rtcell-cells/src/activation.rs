@@ -48,7 +48,7 @@ pub fn run(
     }
     let sleep = libc::timespec { tv_sec: (sleep_ns / 1_000_000_000) as _, tv_nsec: (sleep_ns % 1_000_000_000) as _ };
     let sleep_window = ticks(2 * sleep_ns);
-    ctl.set_running(crate::control::now_ns());
+    ctl.set_running(rtcell_host::clock::mono_ns());
     let start = rdtsc_ordered();
     let mut k: u64 = 1;
     loop {

@@ -204,10 +204,9 @@ pub struct Cell {
     /// The table as the region's creator wrote it (see [`Cell::start_in`]).
     dir: Arc<Directory>,
     runner: Runner,
+    /// When it was started, and when its end was first seen (CLOCK_MONOTONIC ns; see [`Cell::ran_for`]).
     spawned_ns: u64,
-    /// When it was started, and when its end was first seen (see [`Cell::ran_for`]).
-    spawned_at: Instant,
-    end_seen: Option<Instant>,
+    end_seen_ns: Option<u64>,
     /// A kvm cell's end was judged early or not (see [`Cell::status`]).
     judged: bool,
     /// Guarantees the cell could not get (no SCHED_FIFO, no mlock), as it reported them.
@@ -279,8 +278,7 @@ impl Cell {
         ControlBlock::attach(&dir.view(shm.words()), &spec.name)
             .map_err(|source| CellError::NoControlBlock { cell: spec.name.clone(), source })?;
         let dir = Arc::new(dir);
-        let spawned_ns = control::now_ns();
-        let spawned_at = Instant::now();
+        let spawned_ns = rtcell_host::clock::mono_ns();
         let mut output = None;
         let runner = match spec.kind {
             CellKind::Thread => {
@@ -315,8 +313,7 @@ impl Cell {
             dir,
             runner,
             spawned_ns,
-            spawned_at,
-            end_seen: None,
+            end_seen_ns: None,
             judged: false,
             warnings,
             stop_sent: false,
@@ -387,12 +384,12 @@ impl Cell {
             return e.status.clone();
         }
         let status = self.observed_status();
-        if status.is_finished() && self.end_seen.is_none() {
+        if status.is_finished() && self.end_seen_ns.is_none() {
             let kvm_end = match &self.runner {
-                Runner::Kvm(Some(k)) => k.ended_at(),
+                Runner::Kvm(Some(k)) => k.ended_ns(),
                 _ => None,
             };
-            self.end_seen = Some(kvm_end.unwrap_or_else(Instant::now));
+            self.end_seen_ns = Some(kvm_end.unwrap_or_else(rtcell_host::clock::mono_ns));
         }
         // Judged once the end is seen and its tasks' last release is known (a scenario's cells, from
         // their go on; a VM may have ended before it): a payload run on its own may end when it likes.
@@ -414,10 +411,7 @@ impl Cell {
     /// No stop was asked and its tasks cannot have ended yet when it ended (or now, if it has not):
     /// see [`Cell::expect_end_after`].
     fn early(&self) -> bool {
-        let at = match self.end_seen {
-            Some(t) => self.spawned_ns.saturating_add(t.saturating_duration_since(self.spawned_at).as_nanos() as u64),
-            None => control::now_ns(),
-        };
+        let at = self.end_seen_ns.unwrap_or_else(rtcell_host::clock::mono_ns);
         !self.stop_sent && at < self.end_after_ns.unwrap_or(u64::MAX)
     }
 
@@ -426,7 +420,8 @@ impl Cell {
     /// (its claim of what it handled) is bounded by this, never by the time since it started.
     pub fn ran_for(&mut self) -> Duration {
         let _ = self.status();
-        self.end_seen.unwrap_or_else(Instant::now).saturating_duration_since(self.spawned_at)
+        let end = self.end_seen_ns.unwrap_or_else(rtcell_host::clock::mono_ns);
+        Duration::from_nanos(end.saturating_sub(self.spawned_ns))
     }
 
     fn observed_status(&mut self) -> CellStatus {
@@ -543,7 +538,7 @@ impl Cell {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
-        let seen_ns = control::now_ns();
+        let seen_ns = rtcell_host::clock::mono_ns();
         let (first, msg) = self.with_ctl(|c| (c.first_beat_ns(), c.message())).unwrap_or((0, String::new()));
         // A VM payload has no host clock: it reports 0, and its start is when we saw it running.
         let first = if first == 0 { seen_ns } else { first };

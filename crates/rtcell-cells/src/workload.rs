@@ -118,7 +118,7 @@ fn echo(
     let mut producer = tx_ring.producer();
     // The cell's own copy of each message.
     let mut buf = vec![0u8; max_frame];
-    ctl.set_running(crate::control::now_ns());
+    ctl.set_running(rtcell_host::clock::mono_ns());
     let mut idle: u32 = 0;
     loop {
         match consumer.try_recv(&mut buf) {
@@ -186,7 +186,7 @@ fn control(region: &RegionView<'_>, ctl: &ControlBlock<'_>, rx: &str, tx: &str, 
     // On the heap: the f64 controller is tens of KiB.
     let mut ctrl = Box::new(OffloadController::new(precision));
     let mut buf = [0u8; MESSAGE_BYTES];
-    ctl.set_running(crate::control::now_ns());
+    ctl.set_running(rtcell_host::clock::mono_ns());
     let mut idle: u32 = 0;
     loop {
         match consumer.try_recv(&mut buf) {
@@ -243,7 +243,7 @@ fn task_set(tasks: &[rtcell_tasks::TaskSpec], region: &RegionView<'_>, ctl: &Con
         if !warnings.is_empty() {
             ctl.finish(crate::control::CellState::Starting, 0, &warnings.join("\n"));
         }
-        ctl.set_running(crate::control::now_ns());
+        ctl.set_running(rtcell_host::clock::mono_ns());
     };
     let out = rtcell_tasks::run_set(tasks, region, ctl, &mut on_ready, &|| ctl.beat());
     if let Some((task, why)) = out.faulted.first() {

@@ -12,7 +12,7 @@ use crate::runs::RunSlot;
 
 /// CLOCK_MONOTONIC, ns.
 pub fn mono_ns() -> u64 {
-    rtcell_tasks::clock::mono_ns()
+    rtcell_host::clock::mono_ns()
 }
 
 pub fn run_info(slot: &RunSlot) -> pb::RunInfo {

@@ -1,4 +1,5 @@
-//! Host real-time layer: CPU sets, scheduling, memory locking, the TSC clock, and facts about the host.
+//! Host real-time layer: CPU sets, scheduling, memory locking, the TSC and CLOCK_MONOTONIC clocks, and facts
+//! about the host.
 //!
 //! Everything that reads `/proc` or `/sys` goes through a [`HostRoot`], so the same code can be run
 //! against a fixture tree in tests.
@@ -6,6 +7,7 @@
 pub mod cache;
 pub mod check;
 pub mod child;
+pub mod clock;
 pub mod cpu;
 pub mod cpulock;
 pub mod error;

@@ -249,6 +249,6 @@ fn record_end(m: &Machine, shared: &Shared, name: &str, end: VmEnd) {
         }
     }
     if let Ok(mut e) = shared.end.lock() {
-        *e = Some((end, Instant::now()));
+        *e = Some((end, rtcell_host::clock::mono_ns()));
     }
 }

@@ -101,7 +101,8 @@ pub(crate) struct Shared {
     pub(crate) kick: Kicker,
     pub(crate) watchdog: watchdog::Verdict,
     /// How the VM ended and when the monitor saw it end.
-    pub(crate) end: Mutex<Option<(VmEnd, Instant)>>,
+    /// How the VM ended, and when the monitor saw it (CLOCK_MONOTONIC ns).
+    pub(crate) end: Mutex<Option<(VmEnd, u64)>>,
     pub(crate) log: GuestLog,
     pub(crate) finished: AtomicBool,
 }
@@ -192,8 +193,8 @@ impl KvmCell {
         self.shared.end.lock().ok().and_then(|e| e.as_ref().map(|(end, _)| end.clone()))
     }
 
-    /// When the monitor saw the VM end (its vCPU left the run loop), once it has.
-    pub fn ended_at(&self) -> Option<Instant> {
+    /// When the monitor saw the VM end (its vCPU left the run loop; CLOCK_MONOTONIC ns), once it has.
+    pub fn ended_ns(&self) -> Option<u64> {
         self.shared.end.lock().ok().and_then(|e| e.as_ref().map(|(_, at)| *at))
     }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use rtcell_report::history::compare::{Verdict, compare};
-use rtcell_report::history::{History, HistoryError, store::SCHEMA_VERSION};
+use rtcell_report::history::{History, HistoryError, Store, store::SCHEMA_VERSION};
 use rtcell_report::{HostFacts, Kind, Results, Series, Stats, Suite, ToolInfo, Unit, labels};
 
 fn host() -> HostFacts {

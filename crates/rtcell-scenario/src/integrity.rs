@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use rtcell_host::clock::mono_ns;
 use rtcell_shm::sync::AtomicU64;
 use rtcell_shm::{ComView, RegionView, RingView, SignalError, SignalView};
-use rtcell_tasks::clock::mono_ns;
 use rtcell_tasks::stats::{BlockReading, SCHEDULE_CHANNEL};
 use rtcell_tasks::{OnCorrupt, PrivateSchedule, Schedule, TaskCounters, TaskSpec, TaskState};
 

@@ -2,14 +2,14 @@
 //! task while it runs ([`supervise`]); at the end what every task and channel did ([`results`]).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rtcell_cells::{Cell, CellStatus};
+use rtcell_host::clock::mono_ns;
 use rtcell_shm::RegionView;
 use rtcell_shm::mapping::SharedMemory;
-use rtcell_tasks::clock::mono_ns;
 use rtcell_tasks::stats::{BlockReading, exec_channel, latency_channel};
 use rtcell_tasks::{Schedule, TaskCounters, TaskState};
 
@@ -31,17 +31,47 @@ use supervise::{Guards, Supervisor};
 /// Time between the go signal and the first release: every task is asleep on its first release by then.
 const START_MARGIN: Duration = Duration::from_millis(50);
 
-/// Why a run could not start (after validation: the machine refused something).
-#[derive(Debug)]
-pub struct StartError(pub String);
-
-impl std::fmt::Display for StartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Why a run could not start (after validation: the machine refused something). What had started by
+/// then is stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The plan's channels and tables do not fit one region.
+    #[error("region layout: {0}")]
+    Layout(String),
+    /// The region's memory could not be made.
+    #[error("shared memory: {0}")]
+    SharedMemory(#[source] std::io::Error),
+    /// The region could not be initialised or its directory read back.
+    #[error("region: {0}")]
+    Region(String),
+    /// The run's schedule channel could not be attached.
+    #[error("schedule: {0}")]
+    Schedule(#[source] rtcell_shm::AttachError),
+    /// A C task failed its trial (load, symbols, attach, init) in a throw-away process.
+    #[error("cell {cell:?}: task {task:?}: {why}; nothing was started")]
+    CTask { cell: String, task: String, why: String },
+    /// The results directory, or a task's log file in it, could not be made.
+    #[error("{what}{}: {source}", path.display())]
+    Output { what: &'static str, path: PathBuf, source: std::io::Error },
+    /// The simulated EtherCAT segment (a veth pair and the simulator on it) could not be made.
+    #[error("simulated EtherCAT segment: {source}{hint}")]
+    Segment { source: std::io::Error, hint: &'static str },
+    /// A cell did not start, or did not report running in time.
+    #[error(transparent)]
+    Cell(#[from] rtcell_cells::CellError),
+    /// Ctrl-C or SIGTERM while a cell was starting.
+    #[error("interrupted while cell {cell:?} was starting; nothing ran")]
+    Interrupted { cell: String },
+    /// The Linux side's thread could not be made.
+    #[error("cannot start the Linux-side tasks: {0}")]
+    LinuxThread(#[source] std::io::Error),
+    /// The Linux-side tasks did not get ready: the faults of those that faulted, if any.
+    #[error("{0}")]
+    LinuxNotReady(String),
+    /// An interference load could not be started.
+    #[error("load {load}: {source}")]
+    Load { load: &'static str, source: std::io::Error },
 }
-
-impl std::error::Error for StartError {}
 
 /// Per-CPU steal counters (jiffies) from /proc/stat.
 fn steal_jiffies() -> BTreeMap<usize, u64> {
@@ -86,20 +116,20 @@ pub fn run_observed(
     stop: &dyn Fn() -> bool,
     observe: &dyn Fn(Arc<Live>),
 ) -> Result<RunResult, StartError> {
-    let layout = layout(plan).map_err(|e| StartError(format!("region layout: {e}")))?;
+    let layout = layout(plan).map_err(StartError::Layout)?;
     start::preflight_c_tasks(plan, &layout, stop)?;
     let shm = SharedMemory::create_anonymous(&format!("scenario-{}", plan.name), layout.size_bytes())
-        .map_err(|e| StartError(format!("shared memory: {e}")))?;
-    layout.init(shm.words(), std::process::id()).map_err(|e| StartError(format!("region: {e}")))?;
+        .map_err(StartError::SharedMemory)?;
+    layout.init(shm.words(), std::process::id()).map_err(|e| StartError::Region(e.to_string()))?;
     // The run's own directory, from the layout: every Linux-side read locates channels from it.
-    let dir = layout.directory(std::process::id()).map_err(|e| StartError(format!("region: {e}")))?;
+    let dir = layout.directory(std::process::id()).map_err(|e| StartError::Region(e.to_string()))?;
     let run_region = Arc::new(RunRegion::new(Arc::new(shm), dir));
     let region = run_region.view();
-    let sched = Schedule::attach(&region).map_err(|e| StartError(format!("schedule: {e}")))?;
+    let sched = Schedule::attach(&region).map_err(StartError::Schedule)?;
     let mut guards = Guards {
         dir: crate::integrity::DirectoryGuard::new(&run_region),
         sched: crate::integrity::ScheduleGuard::new(sched),
-        watch: crate::integrity::RegionWatch::new(plan, &region).map_err(|e| StartError(format!("region: {e}")))?,
+        watch: crate::integrity::RegionWatch::new(plan, &region).map_err(|e| StartError::Region(e.to_string()))?,
     };
     rtcell_cells::set_tsc_khz(tsc_khz);
     let mut warnings: Vec<String> = plan.notes.clone();

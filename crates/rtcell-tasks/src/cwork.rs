@@ -13,10 +13,10 @@ use rtcell_control::offload::Precision;
 use rtcell_shm::{ComReceiver, ComView, Freshness, RegionView};
 use serde::{Deserialize, Serialize};
 
-use crate::clock::mono_ns;
 use crate::corrupt::{StepError, com_corrupt};
 use crate::stats::StatsWriter;
 use crate::work::CycleInfo;
+use rtcell_host::clock::mono_ns;
 
 /// `Std_ReturnType rtcell_cell_attach(void *base, size_t len, const char *const *channels, size_t count)`.
 type AttachFn = unsafe extern "C" fn(*mut c_void, usize, *const *const c_char, usize) -> u8;

@@ -17,7 +17,6 @@ use rtcell_shm::histogram::HistogramWriter;
 use rtcell_shm::{RegionView, SignalView};
 
 use crate::chan::Frames;
-use crate::clock::{mono_ns, sleep_ns, sleep_until_or_stop};
 use crate::corrupt::StepError;
 use crate::params::ParamReader;
 use crate::spec::{MissedPolicy, OnCorrupt, TaskSpec};
@@ -25,6 +24,7 @@ use crate::stats::{
     BUCKET_NS, BUCKETS, Schedule, StatsWriter, TaskCounters, TaskState, exec_channel, latency_channel, read_counters,
 };
 use crate::work::{Body, CycleInfo, write_f64s};
+use rtcell_host::clock::{mono_ns, sleep_ns, sleep_until_or_stop};
 
 /// How long tasks may take to get ready (calibration, files) before the set gives up.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -11,7 +11,6 @@
 //! - [`chan`]: the channels a task uses, named, corruption reported; [`work`]: the workloads of one cycle; [`cwork`]: user C code and the master talking to it; [`dynamics`]: the 6-axis inverse dynamics.
 
 pub mod chan;
-pub mod clock;
 pub mod corrupt;
 pub mod cwork;
 pub mod dynamics;

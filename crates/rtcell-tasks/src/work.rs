@@ -10,11 +10,11 @@ use rtcell_host::tsc::rdtsc_ordered;
 use rtcell_shm::{Consumer, Producer, RecvError, RegionView, SendError, SignalError, SignalView};
 
 use crate::chan::{RingEnd, Sig, consumer, producer, read_sig, write_sig};
-use crate::clock::mono_ns;
 use crate::corrupt::{Scribbler, StepError, signal_corrupt};
 use crate::dynamics::{DOF, GRAVITY, PUMA560, inverse_dynamics, quintic};
 use crate::spec::{COMMAND_VALUES, Inject, SETPOINT_VALUES, TORQUE_VALUES, TaskSpec, TaskWork};
 use crate::stats::{StatsWriter, read_counters, read_histogram};
+use rtcell_host::clock::mono_ns;
 
 /// Most f64 values a signal written or read by a task may hold.
 pub const MAX_SIGNAL_VALUES: usize = 64;

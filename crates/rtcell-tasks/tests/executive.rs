@@ -5,9 +5,9 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use rtcell_control::offload::Precision;
+use rtcell_host::clock::mono_ns;
 use rtcell_shm::mapping::SharedMemory;
 use rtcell_shm::{RegionLayout, RegionView};
-use rtcell_tasks::clock::mono_ns;
 use rtcell_tasks::{Inject, MissedPolicy, Schedule, TaskSpec, TaskState, TaskWork, Watchdog, read_counters, run_set};
 
 fn spin_task(name: &str, period_ms: u64, us: f64, inject: Option<Inject>, missed: MissedPolicy) -> TaskSpec {

@@ -10,7 +10,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::*;
-use rtcell_report::history::History;
+use rtcell_report::history::{History, Store};
 use rtcell_report::{HostFacts, Kind, Results, Series, Stats, Suite, ToolInfo, Unit, labels};
 
 /// rtcell with its history in `home`.
@@ -623,7 +623,7 @@ fn a_fleet_history_in_postgresql_records_lists_finds_and_compares() {
     let home = tempfile::tempdir().unwrap();
     let (a, b) = known_pair();
     {
-        let mut s = rtcell_report::history::Store::open(Path::new(&url)).unwrap();
+        let mut s = rtcell_report::history::open(Path::new(&url)).unwrap();
         s.record(&a, None).unwrap();
         s.record(&b, None).unwrap();
     }
@@ -667,7 +667,7 @@ fn machines_recording_at_once_into_a_new_postgresql_history_are_all_kept() {
             let (url, a) = (url.clone(), a.clone());
             std::thread::spawn(move || {
                 // Each "machine" opens the fresh database itself: the tables are made once.
-                let mut s = rtcell_report::history::Store::open(Path::new(&url)).unwrap();
+                let mut s = rtcell_report::history::open(Path::new(&url)).unwrap();
                 (0..5).map(|_| s.record(&a, None).unwrap().0).collect::<Vec<_>>()
             })
         })
@@ -676,7 +676,7 @@ fn machines_recording_at_once_into_a_new_postgresql_history_are_all_kept() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 20, "every run kept, under its own id");
-    let s = rtcell_report::history::Store::open_read(Path::new(&url)).unwrap();
+    let s = rtcell_report::history::open_read(Path::new(&url)).unwrap();
     assert_eq!(s.count(None).unwrap(), 20);
 }
 
@@ -688,14 +688,14 @@ fn postgresql_databases_that_are_not_our_history_are_refused_untouched() {
     let home = tempfile::tempdir().unwrap();
     // A newer schema of ours.
     let url = pg.database("newer");
-    rtcell_report::history::Store::open(Path::new(&url)).unwrap();
+    rtcell_report::history::open(Path::new(&url)).unwrap();
     let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     c.batch_execute("UPDATE rtcell_meta SET value = '99' WHERE key = 'schema_version'").unwrap();
     let o = at(home.path(), &["history", "--history", &url]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("schema version 99, newer than this rtcell reads"), "{}", text(&o));
     let (a, _) = known_pair();
-    assert!(rtcell_report::history::Store::open(Path::new(&url)).and_then(|mut s| s.record(&a, None)).is_err());
+    assert!(rtcell_report::history::open(Path::new(&url)).and_then(|mut s| s.record(&a, None)).is_err());
     let n: i64 = c.query_one("SELECT count(*) FROM rtcell_runs", &[]).unwrap().get(0);
     assert_eq!(n, 0, "nothing written");
     // Someone else's table of the same name.

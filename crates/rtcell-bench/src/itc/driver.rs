@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rtcell_host::clock::mono_ns;
 use rtcell_host::kick::Kick;
 use rtcell_host::sched::{RtRequest, apply_rt, prefault_stack};
 use rtcell_host::tsc::rdtsc_ordered;
@@ -118,13 +119,6 @@ fn window(i: usize, size: usize, pool: &[u8]) -> &[u8] {
     let span = (pool.len() - size).max(1);
     let off = i.wrapping_mul(7919) % span;
     &pool[off..off + size]
-}
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we own; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Sleeps until CLOCK_MONOTONIC reaches `deadline_ns`; the kick signal ends the sleep once stopped.

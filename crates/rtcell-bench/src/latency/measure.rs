@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rtcell_cells::{Cell, CellKind, CellSpec, CellStatus, VmOptions, WorkloadSpec, control};
+use rtcell_host::clock::{mono_ns, sleep_until};
 use rtcell_host::sched::{RtRequest, apply_rt};
 use rtcell_host::tsc::TscClock;
 use rtcell_shm::RegionLayout;
@@ -110,26 +111,6 @@ fn read_log(words: &[AtomicU64], what: &str) -> Result<RoundSamples, BenchError>
     })
 }
 
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Sleeps until CLOCK_MONOTONIC reaches `t_ns` (absolute), across signals.
-pub(crate) fn sleep_until(t_ns: u64) {
-    let ts = libc::timespec { tv_sec: (t_ns / 1_000_000_000) as _, tv_nsec: (t_ns % 1_000_000_000) as _ };
-    loop {
-        // SAFETY: clock_nanosleep reads the timespec we own; with TIMER_ABSTIME no remainder is written.
-        let rc =
-            unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
-        if rc != libc::EINTR {
-            return;
-        }
-    }
-}
-
 /// The cyclictest method: a SCHED_FIFO thread on the CPU, memory locked, sleeps with
 /// clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) until each release and takes CLOCK_MONOTONIC right
 /// after it wakes; lateness = wake time - release. A wake-up more than a period late skips the releases
@@ -146,10 +127,10 @@ pub fn nanosleep_round(s: &RoundSpec<'_>) -> Result<RoundSamples, BenchError> {
             let warnings = apply_rt(&req).map_err(|e| e.to_string())?;
             let mut log = SampleLogWriter::init(&w)?;
             log.prefault();
-            let mut next = monotonic_ns() + period;
+            let mut next = mono_ns() + period;
             while !st.load(Ordering::Relaxed) {
                 sleep_until(next);
-                let now = monotonic_ns();
+                let now = mono_ns();
                 log.push(now.saturating_sub(next));
                 next += period;
                 if now > next {

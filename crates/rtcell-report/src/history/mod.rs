@@ -4,7 +4,10 @@
 //! Where it lives: `--history PATH` if given, else `$RTCELL_HOME/history.sqlite`, else
 //! `$XDG_DATA_HOME/rtcell/history.sqlite`, else `~/.local/share/rtcell/history.sqlite` ([`location`]).
 //!
-//! What a run keeps ([`store`]): its id ([`RunId`], e.g. `20261122-064300-k3xq`: the run's start in UTC
+//! Where it is kept: an SQLite file ([`store`]) or a PostgreSQL database ([`pg`]), both behind the
+//! [`Store`] trait ([`backend`]), opened with [`open`] or [`open_read`].
+//!
+//! What a run keeps: its id ([`RunId`], e.g. `20261122-064300-k3xq`: the run's start in UTC
 //! and four random letters), times, host (hostname, CPU model, kernel, hypervisor), suites, command line,
 //! the path of its results.json, the whole document (deflate-compressed), a headline per suite
 //! ([`headline`]), and per series the figures [`compare`] needs, in a table indexed by run.
@@ -14,6 +17,7 @@
 //! and nothing in it changes. Writers take the database lock for their whole transaction (WAL mode, a busy
 //! timeout), so runs recorded at the same moment by several processes are all kept.
 
+pub mod backend;
 pub mod compare;
 pub mod headline;
 pub mod pg;
@@ -21,9 +25,10 @@ pub mod store;
 
 use std::path::{Path, PathBuf};
 
+pub use backend::{RunSummary, Store, StoredDocument, figures_of_file};
 pub use compare::{Comparison, RunFigures, SeriesFigures, Verdict};
 pub use headline::Headline;
-pub use store::{History, RunSummary, figures_of_file};
+pub use store::History;
 
 /// File name of the database inside `$RTCELL_HOME` or the data directory.
 pub const DB_FILE: &str = "history.sqlite";
@@ -289,78 +294,20 @@ fn pg_text(e: &postgres::Error) -> String {
     s
 }
 
-/// An open history: the local SQLite file or a shared PostgreSQL database.
-pub enum Store {
-    Sqlite(History),
-    Postgres(pg::PgHistory),
+/// Opens the history at `location` (a path or a `postgres://` URL) for recording, creating what is missing.
+pub fn open(location: &Path) -> Result<Box<dyn Store>, HistoryError> {
+    Ok(match location.to_str().filter(|l| pg::is_url(l)) {
+        Some(url) => Box::new(pg::PgHistory::open(url, true)?),
+        None => Box::new(History::open(location)?),
+    })
 }
 
-impl Store {
-    /// Opens `location` (a path or a `postgres://` URL) for recording, creating what is missing.
-    pub fn open(location: &Path) -> Result<Store, HistoryError> {
-        match location.to_str().filter(|l| pg::is_url(l)) {
-            Some(url) => pg::PgHistory::open(url, true).map(Store::Postgres),
-            None => History::open(location).map(Store::Sqlite),
-        }
-    }
-
-    /// Opens `location` for reading; creates nothing.
-    pub fn open_read(location: &Path) -> Result<Store, HistoryError> {
-        match location.to_str().filter(|l| pg::is_url(l)) {
-            Some(url) => pg::PgHistory::open(url, false).map(Store::Postgres),
-            None => History::open_read(location).map(Store::Sqlite),
-        }
-    }
-
-    /// The file, or the URL without its password.
-    pub fn path(&self) -> &Path {
-        match self {
-            Store::Sqlite(h) => h.path(),
-            Store::Postgres(h) => h.shown(),
-        }
-    }
-
-    pub fn record(&mut self, results: &crate::Results, results_path: Option<&Path>) -> Result<RunId, HistoryError> {
-        match self {
-            Store::Sqlite(h) => h.record(results, results_path),
-            Store::Postgres(h) => h.record(results, results_path),
-        }
-    }
-
-    pub fn list(&self, limit: usize, suite: Option<&str>) -> Result<Vec<RunSummary>, HistoryError> {
-        match self {
-            Store::Sqlite(h) => h.list(limit, suite),
-            Store::Postgres(h) => h.list(limit, suite),
-        }
-    }
-
-    pub fn count(&self, suite: Option<&str>) -> Result<u64, HistoryError> {
-        match self {
-            Store::Sqlite(h) => h.count(suite),
-            Store::Postgres(h) => h.count(suite),
-        }
-    }
-
-    pub fn find(&self, given: &str) -> Result<RunSummary, HistoryError> {
-        match self {
-            Store::Sqlite(h) => h.find(given),
-            Store::Postgres(h) => h.find(given),
-        }
-    }
-
-    pub fn figures(&self, given: &str) -> Result<RunFigures, HistoryError> {
-        match self {
-            Store::Sqlite(h) => h.figures(given),
-            Store::Postgres(h) => h.figures(given),
-        }
-    }
-
-    pub fn document_text(&self, given: &str) -> Result<(RunSummary, String), HistoryError> {
-        match self {
-            Store::Sqlite(h) => h.document_text(given),
-            Store::Postgres(h) => h.document_text(given),
-        }
-    }
+/// Opens the history at `location` for reading; creates nothing.
+pub fn open_read(location: &Path) -> Result<Box<dyn Store>, HistoryError> {
+    Ok(match location.to_str().filter(|l| pg::is_url(l)) {
+        Some(url) => Box::new(pg::PgHistory::open(url, false)?),
+        None => Box::new(History::open_read(location)?),
+    })
 }
 
 impl HistoryError {

@@ -16,9 +16,12 @@ use std::time::Duration;
 
 use postgres::{Client, NoTls};
 
-use super::compare::{RunFigures, SeriesFigures};
-use super::store::{ENCODING, NewRun, RunSummary, decode_document, figures_of_file, pick, run_figures};
-use super::{HistoryError, RunId, RunRef};
+use super::backend::{
+    Columns, ENCODING, NewRun, PREFIX_LOOKUP, RUN_COLUMNS, RunSummary, SERIES_COLUMNS, Store, StoredDocument, sat_i64,
+    series_from_row, summary_from_row,
+};
+use super::compare::SeriesFigures;
+use super::{HistoryError, RunId};
 use crate::doc::Results;
 
 /// Our mark in `rtcell_meta`.
@@ -80,9 +83,6 @@ CREATE TABLE rtcell_documents (
     data BYTEA NOT NULL
 );
 ";
-
-const RUN_COLUMNS: &str = "seq, id, started_at, recorded_at, hostname, cpu_model, kernel, hypervisor, suites, \
-                           command, results_path, incomplete, rtcell_version, git, headline";
 
 /// Whether a history location is a PostgreSQL URL.
 pub fn is_url(location: &str) -> bool {
@@ -154,10 +154,6 @@ impl PgHistory {
         Ok(PgHistory { client: RefCell::new(client), shown })
     }
 
-    pub fn shown(&self) -> &Path {
-        &self.shown
-    }
-
     fn has_tables(&self) -> Result<bool, HistoryError> {
         let row = self
             .client
@@ -167,7 +163,27 @@ impl PgHistory {
         Ok(row.get(0))
     }
 
-    pub fn record(&mut self, results: &Results, results_path: Option<&Path>) -> Result<RunId, HistoryError> {
+    /// The run rows a query returns; none while the database has no tables of ours.
+    fn runs(
+        &self,
+        q: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+        action: &'static str,
+    ) -> Result<Vec<RunSummary>, HistoryError> {
+        if !self.has_tables()? {
+            return Ok(Vec::new());
+        }
+        let rows = self.client.borrow_mut().query(q, params).map_err(pg(&self.shown, action))?;
+        rows.iter().map(|r| summary_from_row(r).map_err(pg(&self.shown, action))).collect()
+    }
+}
+
+impl Store for PgHistory {
+    fn path(&self) -> &Path {
+        &self.shown
+    }
+
+    fn record(&mut self, results: &Results, results_path: Option<&Path>) -> Result<RunId, HistoryError> {
         let n = NewRun::of(results, results_path, &self.shown)?;
         let shown = self.shown.clone();
         let mut client = self.client.borrow_mut();
@@ -184,7 +200,7 @@ impl PgHistory {
                         &id.as_str(),
                         &results.started_at,
                         &n.recorded_at,
-                        &rtcell_host::facts::hostname(),
+                        &n.hostname,
                         &results.host.cpu_model,
                         &results.host.kernel,
                         &results.host.hypervisor,
@@ -208,31 +224,29 @@ impl PgHistory {
                 .map_err(pg(&shown, "record the run's suites"))?;
         }
         let insert = tx
-            .prepare(
-                "INSERT INTO rtcell_series (run_seq, ord, suite, name, labels, unit, kind, count, median, p90, p99, \
-                 p999, max, stddev, errors) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-            )
+            .prepare(&format!(
+                "INSERT INTO rtcell_series (run_seq, ord, {SERIES_COLUMNS}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+            ))
             .map_err(pg(&shown, "record the series"))?;
-        let all = results.suites.iter().flat_map(|su| su.series.iter().map(move |s| (su, s)));
-        for (ord, (suite, s)) in all.enumerate() {
-            let labels = serde_json::to_string(&s.labels).unwrap_or_else(|_| "{}".into());
+        for (ord, (s, labels)) in n.series.iter().enumerate() {
             tx.execute(
                 &insert,
                 &[
                     &seq,
                     &(ord as i64),
-                    &suite.suite,
+                    &s.suite,
                     &s.name,
-                    &labels,
-                    &s.unit.as_str(),
-                    &s.kind.as_str(),
-                    &sat_i64(s.stats.count),
-                    &s.stats.median,
-                    &s.stats.p90,
-                    &s.stats.p99,
-                    &s.stats.p999,
-                    &s.stats.max,
-                    &s.stats.stddev,
+                    labels,
+                    &s.unit,
+                    &s.kind,
+                    &sat_i64(s.count),
+                    &s.median,
+                    &s.p90,
+                    &s.p99,
+                    &s.p999,
+                    &s.max,
+                    &s.stddev,
                     &sat_i64(s.errors),
                 ],
             )
@@ -247,20 +261,7 @@ impl PgHistory {
         Ok(id)
     }
 
-    fn runs(
-        &self,
-        q: &str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
-        action: &'static str,
-    ) -> Result<Vec<RunSummary>, HistoryError> {
-        if !self.has_tables()? {
-            return Ok(Vec::new());
-        }
-        let rows = self.client.borrow_mut().query(q, params).map_err(pg(&self.shown, action))?;
-        rows.iter().map(|r| summary_from_row(r).map_err(pg(&self.shown, action))).collect()
-    }
-
-    pub fn list(&self, limit: usize, suite: Option<&str>) -> Result<Vec<RunSummary>, HistoryError> {
+    fn list(&self, limit: usize, suite: Option<&str>) -> Result<Vec<RunSummary>, HistoryError> {
         let q = format!(
             "SELECT {RUN_COLUMNS} FROM rtcell_runs \
              WHERE $1::TEXT IS NULL OR seq IN (SELECT run_seq FROM rtcell_run_suites WHERE suite = $1) \
@@ -269,7 +270,7 @@ impl PgHistory {
         self.runs(&q, &[&suite, &sat_i64(limit as u64)], "list the runs")
     }
 
-    pub fn count(&self, suite: Option<&str>) -> Result<u64, HistoryError> {
+    fn count(&self, suite: Option<&str>) -> Result<u64, HistoryError> {
         if !self.has_tables()? {
             return Ok(0);
         }
@@ -285,84 +286,37 @@ impl PgHistory {
         Ok(row.get::<_, i64>(0).max(0) as u64)
     }
 
-    pub fn find(&self, given: &str) -> Result<RunSummary, HistoryError> {
-        match RunRef::parse(given)? {
-            RunRef::Latest(n) => {
-                let q = format!(
-                    "SELECT {RUN_COLUMNS} FROM rtcell_runs ORDER BY started_at DESC, seq DESC LIMIT 1 OFFSET $1"
-                );
-                match self.runs(&q, &[&sat_i64(n as u64)], "look up the run")?.pop() {
-                    Some(r) => Ok(r),
-                    None => Err(HistoryError::NotThatManyRuns {
-                        given: given.to_owned(),
-                        have: self.count(None)?,
-                        path: self.shown.clone(),
-                    }),
-                }
-            }
-            RunRef::Id(prefix) => {
-                let q = format!("SELECT {RUN_COLUMNS} FROM rtcell_runs WHERE id >= $1 AND id < $2 ORDER BY id LIMIT 6");
-                let found = self.runs(&q, &[&prefix, &format!("{prefix}~")], "look up the run")?;
-                pick(given, &prefix, found, &self.shown)
-            }
-            RunRef::Path(p) => Err(HistoryError::BadRunRef {
-                given: p.display().to_string(),
-                why: "a path names a results.json, not a recorded run".to_owned(),
-            }),
-        }
+    fn nth_latest(&self, n: usize) -> Result<Option<RunSummary>, HistoryError> {
+        let q = format!("SELECT {RUN_COLUMNS} FROM rtcell_runs ORDER BY started_at DESC, seq DESC LIMIT 1 OFFSET $1");
+        Ok(self.runs(&q, &[&sat_i64(n as u64)], "look up the run")?.pop())
     }
 
-    pub fn figures(&self, given: &str) -> Result<RunFigures, HistoryError> {
-        if let RunRef::Path(p) = RunRef::parse(given)? {
-            return figures_of_file(&p);
-        }
-        let run = self.find(given)?;
+    fn with_prefix(&self, prefix: &str) -> Result<Vec<RunSummary>, HistoryError> {
+        // Ids are made of [0-9a-z-], all below '~': [prefix, prefix + "~") is every id it starts.
+        let q = format!("SELECT {RUN_COLUMNS} FROM rtcell_runs WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3");
+        self.runs(&q, &[&prefix, &format!("{prefix}~"), &PREFIX_LOOKUP], "look up the run")
+    }
+
+    fn series_rows(&self, run: &RunSummary) -> Result<Vec<(SeriesFigures, String)>, HistoryError> {
+        let action = "read the run's series";
         let rows = self
             .client
             .borrow_mut()
-            .query(
-                "SELECT suite, name, labels, unit, kind, count, median, p90, p99, p999, max, stddev, errors \
-                 FROM rtcell_series WHERE run_seq = $1 ORDER BY ord",
-                &[&run.seq],
-            )
-            .map_err(pg(&self.shown, "read the run's series"))?;
-        let rows = rows
-            .iter()
-            .map(|r| {
-                Ok((
-                    SeriesFigures {
-                        suite: r.try_get(0)?,
-                        name: r.try_get(1)?,
-                        labels: Default::default(),
-                        unit: r.try_get(3)?,
-                        kind: r.try_get(4)?,
-                        count: r.try_get::<_, i64>(5)?.max(0) as u64,
-                        median: r.try_get(6)?,
-                        p90: r.try_get(7)?,
-                        p99: r.try_get(8)?,
-                        p999: r.try_get(9)?,
-                        max: r.try_get(10)?,
-                        stddev: r.try_get(11)?,
-                        errors: r.try_get::<_, i64>(12)?.max(0) as u64,
-                    },
-                    r.try_get::<_, String>(2)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, postgres::Error>>()
-            .map_err(pg(&self.shown, "read the run's series"))?;
-        run_figures(run, rows, &self.shown)
+            .query(&format!("SELECT {SERIES_COLUMNS} FROM rtcell_series WHERE run_seq = $1 ORDER BY ord"), &[&run.seq])
+            .map_err(pg(&self.shown, action))?;
+        rows.iter().map(|r| series_from_row(r).map_err(pg(&self.shown, action))).collect()
     }
 
-    pub fn document_text(&self, given: &str) -> Result<(RunSummary, String), HistoryError> {
-        let run = self.find(given)?;
+    fn document_row(&self, run: &RunSummary) -> Result<StoredDocument, HistoryError> {
         let row = self
             .client
             .borrow_mut()
             .query_one("SELECT schema, encoding, data FROM rtcell_documents WHERE run_seq = $1", &[&run.seq])
             .map_err(pg(&self.shown, "read the stored document"))?;
-        let (schema, encoding, data): (String, String, Vec<u8>) = (row.get(0), row.get(1), row.get(2));
-        let text = decode_document(&run, &schema, &encoding, &data, &self.shown)?;
-        Ok((run, text))
+        let doc = (|| -> Result<StoredDocument, postgres::Error> {
+            Ok(StoredDocument { schema: row.try_get(0)?, encoding: row.try_get(1)?, data: row.try_get(2)? })
+        })();
+        doc.map_err(pg(&self.shown, "read the stored document"))
     }
 }
 
@@ -396,28 +350,21 @@ fn identity(tx: &mut postgres::Transaction<'_>, shown: &Path) -> Result<Option<(
     }
 }
 
-fn summary_from_row(r: &postgres::Row) -> Result<RunSummary, postgres::Error> {
-    let suites: String = r.try_get(8)?;
-    let headline: String = r.try_get(14)?;
-    Ok(RunSummary {
-        seq: r.try_get(0)?,
-        id: r.try_get(1)?,
-        started_at: r.try_get(2)?,
-        recorded_at: r.try_get(3)?,
-        hostname: r.try_get(4)?,
-        cpu_model: r.try_get(5)?,
-        kernel: r.try_get(6)?,
-        hypervisor: r.try_get(7)?,
-        suites: serde_json::from_str(&suites).unwrap_or_default(),
-        command: r.try_get(9)?,
-        results_path: r.try_get(10)?,
-        incomplete: r.try_get(11)?,
-        rtcell_version: r.try_get(12)?,
-        git: r.try_get(13)?,
-        headline: serde_json::from_str(&headline).unwrap_or_default(),
-    })
-}
-
-fn sat_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
+impl Columns for postgres::Row {
+    type Error = postgres::Error;
+    fn text(&self, i: usize) -> Result<String, postgres::Error> {
+        self.try_get(i)
+    }
+    fn opt_text(&self, i: usize) -> Result<Option<String>, postgres::Error> {
+        self.try_get(i)
+    }
+    fn int(&self, i: usize) -> Result<i64, postgres::Error> {
+        self.try_get(i)
+    }
+    fn real(&self, i: usize) -> Result<f64, postgres::Error> {
+        self.try_get(i)
+    }
+    fn flag(&self, i: usize) -> Result<bool, postgres::Error> {
+        self.try_get(i)
+    }
 }

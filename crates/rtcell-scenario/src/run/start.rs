@@ -65,13 +65,13 @@ pub(super) fn preflight_c_tasks(plan: &Plan, layout: &RegionLayout, stop: &dyn F
         return Ok(());
     }
     let scratch = SharedMemory::create_anonymous(&format!("probe-{}", plan.name), layout.size_bytes())
-        .map_err(|e| StartError(format!("shared memory: {e}")))?;
-    layout.init(scratch.words(), std::process::id()).map_err(|e| StartError(format!("region: {e}")))?;
+        .map_err(StartError::SharedMemory)?;
+    layout.init(scratch.words(), std::process::id()).map_err(|e| StartError::Region(e.to_string()))?;
     for t in c_tasks {
         let TaskWork::C { library, init, step, com } = &t.spec.work else { continue };
         let cell = t.cell.as_deref().unwrap_or(crate::plan::LINUX);
         rtcell_cells::probe_c_task_until(&scratch, library, init.as_deref(), step, com, stop)
-            .map_err(|e| StartError(format!("cell {cell:?}: task {:?}: {e}; nothing was started", t.spec.name)))?;
+            .map_err(|why| StartError::CTask { cell: cell.to_owned(), task: t.spec.name.clone(), why })?;
     }
     Ok(())
 }
@@ -86,7 +86,7 @@ fn wait_started(cell: &mut Cell, stop: &dyn Fn() -> bool) -> Result<Duration, St
             Ok(d) => return Ok(d),
             Err(rtcell_cells::CellError::StartTimeout { cell: name, .. }) => {
                 if stop() {
-                    return Err(StartError(format!("interrupted while cell {name:?} was starting; nothing ran")));
+                    return Err(StartError::Interrupted { cell: name });
                 }
                 if t0.elapsed() >= START_TIMEOUT {
                     let e = rtcell_cells::CellError::StartTimeout {
@@ -95,10 +95,10 @@ fn wait_started(cell: &mut Cell, stop: &dyn Fn() -> bool) -> Result<Duration, St
                         cpu: cell.spec().cpu,
                         waited: START_TIMEOUT,
                     };
-                    return Err(StartError(e.to_string()));
+                    return Err(e.into());
                 }
             }
-            Err(e) => return Err(StartError(e.to_string())),
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -136,13 +136,19 @@ pub(super) fn task_specs(plan: &Plan, tsc_khz: u64, out_dir: &Path) -> Result<(S
         if let TaskWork::Log { file, created, .. } = &mut s.work {
             let dir = match run_dir.take() {
                 Some(d) => d,
-                None => rtcell_host::outdir::RunDir::create(out_dir)
-                    .map_err(|e| StartError(format!("{}: {e}", out_dir.display())))?,
+                None => rtcell_host::outdir::RunDir::create(out_dir).map_err(|source| StartError::Output {
+                    what: "",
+                    path: out_dir.to_owned(),
+                    source,
+                })?,
             };
-            let (p, f) = dir
-                .create_new(file)
-                .map_err(|e| StartError(format!("log file {}: {e}", out_dir.join(&*file).display())))?;
-            let meta = f.metadata().map_err(|e| StartError(format!("log file {}: {e}", p.display())))?;
+            let (p, f) = dir.create_new(file).map_err(|source| StartError::Output {
+                what: "log file ",
+                path: out_dir.join(&*file),
+                source,
+            })?;
+            let meta =
+                f.metadata().map_err(|source| StartError::Output { what: "log file ", path: p.clone(), source })?;
             *created = Some((std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta)));
             run_dir = Some(dir);
             files.push(p.clone());
@@ -161,7 +167,7 @@ pub(super) type Segment = (rtcell_ecat::sim::Running, rtcell_ecat::net::Veth);
 pub(super) fn start_segment(plan: &Plan, specs: &mut Specs) -> Result<Option<Segment>, StartError> {
     let Some(crate::plan::PlanEthercat::Simulated { devices, drop_after }) = &plan.ethercat else { return Ok(None) };
     let veth = rtcell_ecat::net::Veth::create(&format!("rtcs{}", std::process::id()), false)
-        .map_err(|e| StartError(format!("simulated EtherCAT segment: {e} (needs root and iproute2)")))?;
+        .map_err(|source| StartError::Segment { source, hint: " (needs root and iproute2)" })?;
     // The simulator stands for hardware: at a real-time priority below the tasks', on the master CPU.
     let sim = rtcell_ecat::sim::Running::start_with(
         &veth.segment,
@@ -171,7 +177,7 @@ pub(super) fn start_segment(plan: &Plan, specs: &mut Specs) -> Result<Option<Seg
         Some(plan.master_cpu),
         Some(50),
     )
-    .map_err(|e| StartError(format!("simulated EtherCAT segment: {e}")))?;
+    .map_err(|source| StartError::Segment { source, hint: "" })?;
     for (_, s) in specs.iter_mut() {
         if let TaskWork::Ethercat { interface, .. } = &mut s.work {
             *interface = veth.master.clone();
@@ -215,8 +221,7 @@ pub(super) fn start_cells(
             workload: workload(c, specs),
             vm: VmOptions::default(),
         };
-        let mut cell = Cell::start_in(spec, Arc::clone(region.shm()), region.directory().clone())
-            .map_err(|e| StartError(e.to_string()))?;
+        let mut cell = Cell::start_in(spec, Arc::clone(region.shm()), region.directory().clone())?;
         let started = wait_started(&mut cell, stop)?;
         warnings.extend(cell.warnings().iter().cloned());
         cells.push((cell, Some(started)));
@@ -262,13 +267,13 @@ impl LinuxSide {
                 let own = Some(schedule.schedule());
                 rtcell_tasks::run_set_scheduled(&tasks, &region, own, &*stop2, &mut on_ready, &|| {})
             })
-            .map_err(|e| StartError(format!("cannot start the Linux-side tasks: {e}")))?;
+            .map_err(StartError::LinuxThread)?;
         let side = LinuxSide { handle: Some(handle), stop };
         let t0 = Instant::now();
         while !ready.load(Ordering::Acquire) {
             if side.handle.as_ref().is_some_and(|h| h.is_finished()) || t0.elapsed() > START_TIMEOUT {
                 side.request_stop();
-                return Err(StartError(not_ready(specs, &run_region.view())));
+                return Err(StartError::LinuxNotReady(not_ready(specs, &run_region.view())));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -311,7 +316,7 @@ pub(super) fn start_loads(plan: &Plan) -> Result<Vec<rtcell_loads::RunningLoad>,
         .iter()
         .map(|l| {
             rtcell_loads::RunningLoad::start(l.kind, &l.cpus)
-                .map_err(|e| StartError(format!("load {}: {e}", l.kind.as_str())))
+                .map_err(|source| StartError::Load { load: l.kind.as_str(), source })
         })
         .collect()
 }

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use rtcell_cells::{Cell, CellStatus};
+use rtcell_host::clock::mono_ns;
 use rtcell_shm::RegionView;
-use rtcell_tasks::clock::mono_ns;
 use rtcell_tasks::stats::BlockReading;
 use rtcell_tasks::{TaskState, read_counters};
 

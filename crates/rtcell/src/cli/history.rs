@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use rtcell_report::Results;
-use rtcell_report::history::{self, HistoryError, RunRef, RunSummary, Store, compare::compare};
+use rtcell_report::history::{self, HistoryError, RunRef, RunSummary, compare::compare};
 use rtcell_report::table::Table;
 
 use super::EXIT_USAGE;
@@ -99,7 +99,7 @@ fn fail(e: &HistoryError) -> i32 {
 /// cannot be written is a warning.
 pub fn record(db: Option<&Path>, results: &Results, results_path: &Path) {
     let recorded = history::location(db).and_then(|path| {
-        let mut store = Store::open(&path)?;
+        let mut store = history::open(&path)?;
         let id = store.record(results, Some(results_path))?;
         // The store's own name for itself: a URL's password is not shown.
         Ok((id, store.path().to_owned()))
@@ -116,7 +116,7 @@ pub fn history_main(args: HistoryArgs) -> i32 {
         eprintln!("error: --limit 0 shows nothing: give at least 1 (default 20)");
         return EXIT_USAGE;
     }
-    let opened = history::location(args.db.path.as_deref()).and_then(|p| Store::open_read(&p));
+    let opened = history::location(args.db.path.as_deref()).and_then(|p| history::open_read(&p));
     let h = match opened {
         Ok(h) => h,
         Err(e) => return fail(&e),
@@ -193,7 +193,7 @@ pub fn compare_main(args: CompareArgs) -> i32 {
         history::figures_of_file(pa).and_then(|a| Ok((a, history::figures_of_file(pb)?)))
     } else {
         history::location(args.db.path.as_deref())
-            .and_then(|p| Store::open_read(&p))
+            .and_then(|p| history::open_read(&p))
             .and_then(|h| Ok((h.figures(&args.run_a)?, h.figures(&args.run_b)?)))
     };
     let (a, b) = match pair {

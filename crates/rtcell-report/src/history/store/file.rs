@@ -1,4 +1,6 @@
-//! The history file itself: its header and identity checks, WAL mode, SQL error mapping and the compression of stored documents.
+//! The history file itself: its header and identity checks, WAL mode and SQL error mapping.
+
+use std::io::Read;
 
 use super::*;
 
@@ -83,20 +85,4 @@ pub(super) fn set_wal(conn: &Connection) -> bool {
 pub(super) fn sql(path: &Path, action: &'static str) -> impl FnOnce(rusqlite::Error) -> HistoryError {
     let path = path.to_owned();
     move |source| HistoryError::Sqlite { path, action, source }
-}
-
-pub(super) fn sat_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-pub(super) fn deflate(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
-    enc.write_all(bytes)?;
-    enc.finish()
-}
-
-pub(super) fn inflate(bytes: &[u8]) -> std::io::Result<String> {
-    let mut text = String::new();
-    flate2::read::ZlibDecoder::new(bytes).read_to_string(&mut text)?;
-    Ok(text)
 }

@@ -1,4 +1,6 @@
-//! CLOCK_MONOTONIC reads and absolute sleeps: the release clock of every task.
+//! CLOCK_MONOTONIC reads and absolute sleeps: the one clock of tasks, cells, benchmark releases and the
+//! supervisor (`Instant` reads the same clock, but a time that crosses a shared-memory region or a process
+//! boundary is kept in these nanoseconds).
 
 /// CLOCK_MONOTONIC in ns (vDSO: no system call).
 #[inline]
