@@ -5,6 +5,7 @@
 //! history read only that document, so its layout lives in one place ([`doc`]) and follows
 //! `schema/results.schema.json`; a change to the layout bumps [`SCHEMA_ID`].
 
+pub mod columns;
 pub mod doc;
 pub mod error;
 pub mod export;

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
+use crate::doc::{Series, Suite};
 use crate::error::ReportError;
 
 /// The embedded CSV text.
@@ -64,6 +65,53 @@ pub fn rows() -> &'static [PublishedRow] {
 /// The published rows for one metric, in file order.
 pub fn for_metric(metric: &str) -> Vec<&'static PublishedRow> {
     rows().iter().filter(|r| r.metric == metric).collect()
+}
+
+// Which published rows belong beside a series: a row belongs when its metric is what the series measures
+// and, where the row gives a payload size, the sizes agree. Most series are named like the metric
+// (`loopback_rtt`, `c2c_one_way`); the others are mapped here.
+
+/// The published metrics a series compares with.
+fn metrics_of(suite: &str, s: &Series) -> Vec<String> {
+    let mut m = vec![s.name.clone()];
+    match (suite, s.name.as_str()) {
+        ("latency", "latency") => m.push("timer_latency".into()),
+        ("itc", _) => {
+            if let Some(mech) = s.labels.get("mechanism") {
+                m.push(format!("itc_{mech}"));
+            }
+        }
+        ("scenario", "task_exec_time") => {
+            // seed 003 names its CODESYS tasks' cycle times after the task: ethercat_task_cycle,
+            // high_prio_task_cycle.
+            if let Some(task) = s.labels.get("task") {
+                m.push(format!("{task}_task_cycle"));
+                m.push(format!("{task}_prio_task_cycle"));
+            }
+        }
+        _ => {}
+    }
+    m
+}
+
+fn matches(row: &PublishedRow, suite: &str, s: &Series) -> bool {
+    if !metrics_of(suite, s).contains(&row.metric) {
+        return false;
+    }
+    match row.payload_bytes {
+        None => true,
+        Some(b) => s.labels.get("bytes").and_then(|v| v.parse::<u32>().ok()) == Some(b),
+    }
+}
+
+/// The published rows that some series of `suite` compares with, in file order.
+pub fn rows_for(suite: &Suite) -> Vec<&'static PublishedRow> {
+    rows().iter().filter(|r| suite.series.iter().any(|s| matches(r, &suite.suite, s))).collect()
+}
+
+/// The published rows for one series.
+pub fn rows_for_series(suite: &str, s: &Series) -> Vec<&'static PublishedRow> {
+    rows().iter().filter(|r| matches(r, suite, s)).collect()
 }
 
 #[cfg(test)]

@@ -26,6 +26,15 @@ impl Table {
         Table { headers: headers.iter().map(|h| (*h).to_owned()).collect(), rows: Vec::new(), forced_right: Vec::new() }
     }
 
+    /// The table of a [`Grid`](crate::columns::Grid) (the columns the HTML report shows too).
+    pub fn of(grid: &crate::columns::Grid) -> Table {
+        let mut t = Table::new(&grid.headers);
+        for r in &grid.rows {
+            t.row(r.clone());
+        }
+        t
+    }
+
     /// Appends a row. Missing cells are left blank; extra cells get a column without a header.
     pub fn row(&mut self, cells: Vec<String>) -> &mut Table {
         self.rows.push(cells);

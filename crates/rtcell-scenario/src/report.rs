@@ -7,10 +7,6 @@ use rtcell_report::{Histogram, Kind, Series, Stats, Suite, Unit, labels};
 use crate::plan::{CellRole, Plan};
 use crate::run::{HistSummary, RunResult, TaskResult};
 
-fn us(ns: f64) -> String {
-    if ns.is_finite() { format!("{:.1}", ns / 1e3) } else { "-".into() }
-}
-
 /// Cycle count agrees with duration / period within 1% (cycles + skipped releases, one release of
 /// slack for the edges), or the shortfall is explained by overruns, skips, a trip or a stop.
 pub fn cycles_ok(t: &TaskResult) -> bool {
@@ -31,8 +27,8 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
         r.measured.as_secs_f64(),
         if r.incomplete { " (stopped early)" } else { "" }
     ));
-    task_table(r, &mut s);
-    channel_table(r, &mut s);
+    task_table(plan, r, &mut s);
+    channel_table(plan, r, &mut s);
     master_lines(plan, r, &mut s);
     trip_lines(r, &mut s);
     cell_lines(r, &mut s);
@@ -40,74 +36,19 @@ pub fn text(plan: &Plan, r: &RunResult) -> String {
     s
 }
 
-/// The per-task table (CODESYS task statistics); a scribbled block's figures are shown as `?`.
-fn task_table(r: &RunResult, s: &mut String) {
-    let mut t = Table::new(&[
-        "task",
-        "cell",
-        "cpu",
-        "prio",
-        "period ms",
-        "cycles",
-        "expected",
-        "exec min",
-        "exec avg",
-        "exec max",
-        "lat min",
-        "lat avg",
-        "lat max",
-        "overruns",
-        "longest run",
-        "skipped",
-        "state",
-    ]);
-    for x in &r.tasks {
-        let c = &x.counters;
-        // A scribbled block's figures are unknown: never shown as the task's.
-        let n = |v: u64| if x.scribbled { "?".to_string() } else { v.to_string() };
-        t.row(vec![
-            x.name.clone(),
-            format!("{} ({})", x.cell, x.cell_kind),
-            x.spec.cpu.to_string(),
-            x.spec.priority.to_string(),
-            format!("{}", x.spec.period_ns as f64 / 1e6),
-            n(c.cycles),
-            x.expected.to_string(),
-            if x.exec.count > 0 { us(x.exec.min_ns as f64) } else { "-".into() },
-            us(x.exec.mean_ns().unwrap_or(f64::NAN)),
-            if x.exec.count > 0 { us(x.exec.max_ns as f64) } else { "-".into() },
-            if x.latency.count > 0 { us(x.latency.min_ns as f64) } else { "-".into() },
-            us(x.latency.mean_ns().unwrap_or(f64::NAN)),
-            if x.latency.count > 0 { us(x.latency.max_ns as f64) } else { "-".into() },
-            n(c.overruns),
-            n(c.longest),
-            n(c.skipped),
-            if x.scribbled { "scribbled".into() } else { c.state.map_or("?", |s| s.as_str()).to_string() },
-        ]);
-    }
-    s.push_str("Tasks (times in us; latency = start - intended release; exec = end - start):\n");
-    s.push_str(&t.render());
+/// The per-task table (CODESYS task statistics), the same columns the HTML report shows: built from the
+/// results document's series; a scribbled block's figures are shown as `?`.
+fn task_table(plan: &Plan, r: &RunResult, s: &mut String) {
+    s.push_str("Tasks (times in µs; latency = start - intended release; exec = end - start):\n");
+    s.push_str(&Table::of(&rtcell_report::columns::tasks(&suite(plan, r))).render());
     s.push('\n');
 }
 
-/// The per-channel message counts.
-fn channel_table(r: &RunResult, s: &mut String) {
+/// The per-channel message counts, the same columns the HTML report shows.
+fn channel_table(plan: &Plan, r: &RunResult, s: &mut String) {
     if !r.channels.is_empty() {
-        let secs = r.measured.as_secs_f64().max(1e-9);
-        let mut c = Table::new(&["channel", "sent", "received", "lost", "refused", "queued at end", "per second"]);
-        for ch in &r.channels {
-            c.row(vec![
-                ch.name.clone(),
-                ch.sent.to_string(),
-                ch.received.to_string(),
-                ch.lost.to_string(),
-                ch.refused.to_string(),
-                ch.queued.to_string(),
-                format!("{:.0}", ch.sent as f64 / secs),
-            ]);
-        }
         s.push_str("Channels (messages):\n");
-        s.push_str(&c.render());
+        s.push_str(&Table::of(&rtcell_report::columns::channels(&suite(plan, r))).render());
         s.push('\n');
     }
 }
@@ -355,6 +296,8 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
                 // Nothing read from a scribbled block is the task's: its figures are unknown.
                 return serde_json::json!({
                     "name": t.name,
+                    "cell": t.cell, "cell_kind": t.cell_kind, "cpu": t.spec.cpu, "priority": t.spec.priority,
+                    "period_us": t.spec.period_ns as f64 / 1e3,
                     "statistics_block": "scribbled",
                     "state": null, "message": null, "cycles": null, "expected": t.expected, "skipped": null,
                     "overruns": null, "longest_overrun_run": null, "trip_cycle": null, "corrupt_steps": null,
@@ -447,7 +390,13 @@ pub fn suite(plan: &Plan, r: &RunResult) -> Suite {
         }
     }
     for ch in &r.channels {
-        for (dir, v) in [("sent", ch.sent), ("received", ch.received), ("lost", ch.lost), ("refused", ch.refused)] {
+        for (dir, v) in [
+            ("sent", ch.sent),
+            ("received", ch.received),
+            ("lost", ch.lost),
+            ("refused", ch.refused),
+            ("queued", ch.queued),
+        ] {
             suite.series.push(count_series(
                 "channel_messages",
                 labels!("scenario" => plan.name, "channel" => ch.name, "direction" => dir),

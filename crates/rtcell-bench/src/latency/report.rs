@@ -68,38 +68,6 @@ pub(super) fn build(
         cfg.duration.as_secs_f64(),
         if rounds > 1 { format!(" in {rounds} rounds alternating with cyclictest") } else { String::new() }
     ));
-    let mut t = Table::new(&[
-        "tool",
-        "mode",
-        "cell",
-        "activations",
-        "min",
-        "avg",
-        "stddev",
-        "median",
-        "p99",
-        "p99.9",
-        "p99.99",
-        "max",
-        "overruns",
-    ]);
-    let row = |t: &mut Table, tool: &str, mode: &str, cell: &str, st: &Stats, overruns: u64| {
-        t.row(vec![
-            tool.into(),
-            mode.into(),
-            cell.into(),
-            st.count.to_string(),
-            fmt_us(st.min * 1e3),
-            fmt_us(st.mean * 1e3),
-            fmt_us(st.stddev * 1e3),
-            fmt_us(st.median * 1e3),
-            fmt_us(st.p99 * 1e3),
-            fmt_us(st.p999 * 1e3),
-            fmt_us(st.p9999 * 1e3),
-            fmt_us(st.max * 1e3),
-            overruns.to_string(),
-        ]);
-    };
     let mut rtcell_stats: Vec<(Mode, Stats)> = Vec::new();
     let mut columns = Vec::new();
     for r in runs {
@@ -109,7 +77,6 @@ pub(super) fn build(
         }
         let us: Vec<f64> = r.late_ns.iter().map(|&ns| ns as f64 / 1e3).collect();
         let s = Series::from_samples("latency", l.clone(), Unit::Us, Kind::Latency, us, r.dropped);
-        row(&mut t, "rtcell", r.mode.name(), r.mode.cell().map_or("-", |k| k.as_str()), &s.stats, r.overruns);
         rtcell_stats.push((r.mode, s.stats));
         series.push(s);
         let mut ov = Series::from_samples("latency_overruns", l, Unit::Count, Kind::Count, vec![r.overruns as f64], 0);
@@ -128,14 +95,14 @@ pub(super) fn build(
         let mut l = ctx.labels("cyclictest", Mode::Nanosleep, ct_rounds.len());
         l.insert("version".into(), version.into());
         let s = merged.series("latency", l);
-        // cyclictest does not count skipped releases.
-        row(&mut t, "cyclictest", "nanosleep", "-", &s.stats, 0);
         let st = s.stats;
         series.push(s);
         columns.push(merged.column("cyclictest", cfg.cpu, cfg.hist_buckets()));
         st
     });
-    text.push_str(&t.render());
+    // The table the HTML report shows too (cyclictest, which counts no skipped releases, shows no overruns).
+    let of = |name: &str| series.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    text.push_str(&Table::of(&rtcell_report::columns::latency(&of("latency"), &of("latency_overruns"))).render());
     text.push('\n');
     if ct_stats.is_some() {
         text.push_str(

@@ -23,7 +23,7 @@ pub(super) fn build(
         cell_start(cfg, r, &mut text, &mut series);
     }
     text.push_str(
-        "Jailhouse A7 columns: seed 000 Table I, STM32MP157 Cortex-A7 cell under Jailhouse, idle, mean/max in us — another platform, for scale only.\n",
+        "Jailhouse A7 columns: seed 000 Table I, STM32MP157 Cortex-A7 cell under Jailhouse, idle (or under interference when a load ran), mean/max in us — another platform, for scale only.\n",
     );
 
     let mut floor_rtt = None;
@@ -86,12 +86,6 @@ fn transport_table(
     medians: &mut Vec<Median>,
 ) -> u64 {
     let mut errors = 0;
-    let published = rtcell_report::published::for_metric("loopback_rtt");
-    let jailhouse = |size: usize| {
-        published
-            .iter()
-            .find(|r| r.payload_bytes == Some(size as u32) && r.condition == "idle" && r.platform.contains("Jailhouse"))
-    };
     let what = match r.notify {
         Some(n) => format!("{} cell, ring, notify {}", r.cell, n.as_str()),
         None => "Linux baseline: pipe pair, echo thread".to_string(),
@@ -103,19 +97,7 @@ fn transport_table(
         cfg.load.as_str(),
         cfg.iterations
     ));
-    let mut t = Table::new(&[
-        "bytes",
-        "min",
-        "mean",
-        "median",
-        "p99",
-        "p99.9",
-        "max",
-        "MB/s",
-        "errors",
-        "Jailhouse A7 mean",
-        "Jailhouse A7 max",
-    ]);
+    let first = series.len();
     for s in &r.sizes {
         let ser = series_us(tsc, "loopback_rtt", labels_for(cfg, r, s.size), Kind::RoundTrip, &s.ticks, s.errors);
         errors += s.errors;
@@ -135,24 +117,13 @@ fn transport_table(
             thr.histogram = None;
             series.push(thr);
         }
-        let pubd = jailhouse(s.size);
-        t.row(vec![
-            s.size.to_string(),
-            fmt_us(st.min * 1000.0),
-            fmt_us(st.mean * 1000.0),
-            fmt_us(st.median * 1000.0),
-            fmt_us(st.p99 * 1000.0),
-            fmt_us(st.p999 * 1000.0),
-            fmt_us(st.max * 1000.0),
-            format!("{mbps:.1}"),
-            s.errors.to_string(),
-            pubd.and_then(|p| p.mean).map_or("-".into(), |v| format!("{v:.2}")),
-            pubd.and_then(|p| p.max).map_or("-".into(), |v| format!("{v:.2}")),
-        ]);
         medians.push((r.cell.clone(), r.transport, r.notify, s.size, st.median));
         series.push(ser);
     }
-    text.push_str(&t.render());
+    // The table the HTML report shows too, from this transport's series.
+    let of = |name: &str| series[first..].iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    let grid = rtcell_report::columns::loopback("loopback", &of("loopback_rtt"), &of("loopback_throughput"));
+    text.push_str(&Table::of(&grid).render());
     text.push('\n');
     errors
 }

@@ -135,7 +135,7 @@ fn size_figure(
     let mut marks: Vec<Marks> = Vec::new();
     for (_, members) in groups {
         for s in members {
-            for r in reference::rows_for_series(&ctx.suite.suite, s) {
+            for r in crate::published::rows_for_series(&ctx.suite.suite, s) {
                 let (Some(mean), Some(b)) = (r.mean, r.payload_bytes) else { continue };
                 let Some(x) = index(u64::from(b)) else { continue };
                 let v = if r.unit == "ns" { mean / 1000.0 } else { mean };
@@ -209,43 +209,10 @@ fn group_table(
             group_name(key),
             ctx.config_text("iterations")
         ),
-        &[
-            "bytes",
-            "count",
-            "min",
-            "mean",
-            "median",
-            "p99",
-            "p99.9",
-            "max",
-            "MB/s",
-            "errors",
-            "Jailhouse A7 mean (other platform)",
-            "Jailhouse A7 max (other platform)",
-        ],
+        &crate::columns::LOOPBACK,
     );
-    for s in members {
-        let st = &s.stats;
-        let v = |x: f64| fmt_value(us(s, x), Unit::Us);
-        let mbps = throughput.iter().find(|x| x.labels == s.labels).map(|x| fmt_value(x.stats.max, Unit::BytesPerS));
-        let jailhouse = reference::rows_for_series(&ctx.suite.suite, s)
-            .into_iter()
-            .find(|r| r.platform.contains("Jailhouse") && r.condition == condition);
-        let pubd = |f: Option<f64>| f.map_or("-".to_string(), |v| format!("{v:.2}"));
-        t.row(vec![
-            label(s, "bytes").unwrap_or("-").into(),
-            st.count.to_string(),
-            v(st.min),
-            v(st.mean),
-            v(st.median),
-            v(st.p99),
-            v(st.p999),
-            v(st.max),
-            mbps.unwrap_or_else(|| "-".into()),
-            s.errors.to_string(),
-            pubd(jailhouse.and_then(|r| r.mean)),
-            pubd(jailhouse.and_then(|r| r.max)),
-        ]);
+    for row in crate::columns::loopback(&ctx.suite.suite, members, throughput).rows {
+        t.row(row);
     }
     t.render(ctx.page)
 }
@@ -323,7 +290,7 @@ fn c2c_part(ctx: &mut Ctx<'_, '_>, series: &[&Series]) -> Result<Markup, ReportE
     // Published one-way figures of other machines, as rows of the same table.
     let mut seen = Vec::new();
     for s in series {
-        for r in reference::rows_for_series(&ctx.suite.suite, s) {
+        for r in crate::published::rows_for_series(&ctx.suite.suite, s) {
             if seen.contains(&r) {
                 continue;
             }

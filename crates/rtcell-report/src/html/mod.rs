@@ -183,25 +183,7 @@ fn kind_text(kind: Kind) -> &'static str {
     }
 }
 
-/// A value of a series in its unit, with the precision the terminal tables use.
-fn fmt_value(v: f64, unit: Unit) -> String {
-    if !v.is_finite() {
-        return "-".into();
-    }
-    let s = match unit {
-        Unit::Us | Unit::Ratio => format!("{v:.3}"),
-        Unit::Ns => format!("{v:.1}"),
-        Unit::Cycles => format!("{v:.0}"),
-        Unit::BytesPerS => format!("{:.1}", v / 1e6),
-        Unit::Count if v.fract() == 0.0 => format!("{v:.0}"),
-        Unit::Count => format!("{v:.2}"),
-    };
-    // Never a negative zero.
-    match s.strip_prefix('-') {
-        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
-        _ => s,
-    }
-}
+use crate::columns::fmt_value;
 
 /// A series' value of label `key`.
 fn label<'a>(s: &'a Series, key: &str) -> Option<&'a str> {

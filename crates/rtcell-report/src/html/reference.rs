@@ -1,58 +1,12 @@
-//! Published figures of other platforms (the embedded `reference/published.csv`) matched to our series.
-//!
-//! A published row belongs beside a series when its metric is what the series measures and, where the
-//! row gives a payload size, the sizes agree. Most series are named like the metric (`loopback_rtt`,
-//! `c2c_one_way`); the others are mapped here.
+//! Published figures of other platforms (the embedded `reference/published.csv`) beside our series:
+//! which row belongs beside which series is [`crate::published::rows_for_series`].
 
 use maud::Markup;
 
 use super::Page;
 use super::tables::Table;
-use crate::doc::{Series, Suite};
-use crate::published::{self, PublishedRow};
-
-/// The published metrics a series compares with.
-fn metrics_of(suite: &str, s: &Series) -> Vec<String> {
-    let mut m = vec![s.name.clone()];
-    match (suite, s.name.as_str()) {
-        ("latency", "latency") => m.push("timer_latency".into()),
-        ("itc", _) => {
-            if let Some(mech) = s.labels.get("mechanism") {
-                m.push(format!("itc_{mech}"));
-            }
-        }
-        ("scenario", "task_exec_time") => {
-            // seed 003 names its CODESYS tasks' cycle times after the task: ethercat_task_cycle,
-            // high_prio_task_cycle.
-            if let Some(task) = s.labels.get("task") {
-                m.push(format!("{task}_task_cycle"));
-                m.push(format!("{task}_prio_task_cycle"));
-            }
-        }
-        _ => {}
-    }
-    m
-}
-
-fn matches(row: &PublishedRow, suite: &str, s: &Series) -> bool {
-    if !metrics_of(suite, s).contains(&row.metric) {
-        return false;
-    }
-    match row.payload_bytes {
-        None => true,
-        Some(b) => s.labels.get("bytes").and_then(|v| v.parse::<u32>().ok()) == Some(b),
-    }
-}
-
-/// The published rows that some series of `suite` compares with, in file order.
-pub(super) fn rows_for(suite: &Suite) -> Vec<&'static PublishedRow> {
-    published::rows().iter().filter(|r| suite.series.iter().any(|s| matches(r, &suite.suite, s))).collect()
-}
-
-/// The published rows for one series.
-pub(super) fn rows_for_series(suite: &str, s: &Series) -> Vec<&'static PublishedRow> {
-    published::rows().iter().filter(|r| matches(r, suite, s)).collect()
-}
+use crate::doc::Suite;
+use crate::published::{PublishedRow, rows_for};
 
 /// "source, platform, condition (other platform)": how a published figure is labelled everywhere.
 pub(super) fn row_label(r: &PublishedRow) -> String {
@@ -94,7 +48,8 @@ pub(super) fn table(suite: &Suite, id: &str, page: &mut Page) -> Option<Markup> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doc::{Kind, Unit};
+    use crate::doc::{Kind, Series, Unit};
+    use crate::published::rows_for_series;
 
     fn series(name: &str, labels: &[(&str, &str)]) -> Series {
         Series::from_samples(name, crate::labels(labels), Unit::Us, Kind::RoundTrip, vec![1.0], 0)
