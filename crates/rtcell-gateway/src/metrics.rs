@@ -98,9 +98,14 @@ impl GatewayCounters {
         }
     }
 
+    /// Counts a write of `signal` (a declared signal's name, or the one bucket of unknown names). Signal
+    /// names outlive their run (a counter never goes back), and an operator may start scenarios with
+    /// new names without end: past [`MAX_WRITE_SIGNALS`] names, a new one is counted as `(other)`.
     pub fn write(&self, signal: &str, result: &str) {
         if let Ok(mut m) = self.writes.lock() {
-            // Unknown signal names come from clients: one bucket for all of them.
+            let known = m.keys().any(|(s, _)| s == signal);
+            let names = || m.keys().map(|(s, _)| s.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+            let signal = if known || names() < MAX_WRITE_SIGNALS { signal } else { OTHER_SIGNAL };
             *m.entry((signal.to_string(), result.to_string())).or_default() += 1;
         }
     }
@@ -116,6 +121,11 @@ impl GatewayCounters {
         out
     }
 }
+
+/// Signal names `rtcell_gateway_signal_writes_total` keeps as labels, over the gateway's life.
+pub const MAX_WRITE_SIGNALS: usize = 256;
+/// The label of writes to signals beyond [`MAX_WRITE_SIGNALS`].
+pub const OTHER_SIGNAL: &str = "(other)";
 
 pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
@@ -524,5 +534,19 @@ mod tests {
         assert_eq!(c[4], (20e-6, 5));
         assert_eq!(c[5], (50e-6, 6));
         assert_eq!(c.last().copied(), Some((f64::INFINITY, 7)), "+Inf holds the overflow too");
+    }
+
+    #[test]
+    fn signal_names_past_the_cap_share_one_label() {
+        let c = GatewayCounters::default();
+        for i in 0..MAX_WRITE_SIGNALS + 10 {
+            c.write(&format!("s{i}"), "permission_denied");
+        }
+        c.write("s0", "ok");
+        let m = c.writes.lock().expect("writes");
+        let names: std::collections::BTreeSet<&str> = m.keys().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(names.len(), MAX_WRITE_SIGNALS + 1, "the cap and (other)");
+        assert_eq!(m.get(&(OTHER_SIGNAL.to_string(), "permission_denied".to_string())), Some(&10));
+        assert_eq!(m.get(&("s0".to_string(), "ok".to_string())), Some(&1), "a kept name keeps counting");
     }
 }

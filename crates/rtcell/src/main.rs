@@ -1,5 +1,7 @@
 //! The `rtcell` command line.
 
+#[macro_use]
+mod out;
 mod cli;
 
 fn main() {

@@ -93,6 +93,27 @@ fn c2c_writes_schema_valid_results() {
     assert!(s.iter().any(|s| s["name"] == "c2c_one_way" && s["kind"] == "one_way"));
 }
 
+#[test]
+fn a_reader_that_goes_away_neither_stops_a_run_nor_loses_its_results() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("c2c");
+    let mut child = rtcell()
+        .args(["bench", "c2c", "--samples", "2000", "--quick", "--out", out.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader is gone before the first line (`rtcell bench c2c | head -0`).
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "a closed stdout is not a crash: {err}");
+    assert!(o.status.success(), "the run ends as it would have: {err}");
+    let doc = valid_results(&out);
+    assert!(series(&doc).iter().any(|s| s["name"] == "c2c_round_trip" && s["stats"]["count"] == 2000));
+}
+
 fn refused(args: &[&str], needle: &str) {
     let o = run(args);
     assert_eq!(o.status.code(), Some(2), "{args:?} should exit 2: {}", text(&o));

@@ -167,20 +167,20 @@ pub(super) fn execute(
     results.incomplete = incomplete;
 
     for t in &texts {
-        println!("{t}");
+        outln!("{t}");
     }
     if !results.warnings.is_empty() {
-        println!("Warnings:");
+        outln!("Warnings:");
         for w in &results.warnings {
-            println!("  - {w}");
+            outln!("  - {w}");
         }
     }
     match results.write_to_dir(out) {
         Ok(path) => {
-            println!("\nresults: {}", path.display());
+            outln!("\nresults: {}", path.display());
             report::write_beside(&results, out);
             match rtcell_report::export::write_exports(&results, out) {
-                Ok(x) => println!(
+                Ok(x) => outln!(
                     "CSV: {} ({} histogram files); gnuplot: cd {} && gnuplot {}",
                     out.join(&x.summary).display(),
                     x.series_csvs.len(),

@@ -193,9 +193,9 @@ async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool) ->
         CtlCmd::Status => {
             let s = c.get_status(pb::GetStatusRequest {}).await?.into_inner();
             if json {
-                println!("{}", status_json(&s));
+                outln!("{}", status_json(&s));
             } else {
-                print!("{}", status_text(&s));
+                out!("{}", status_text(&s));
             }
         }
         CtlCmd::Stats { watch: None, .. } => {
@@ -212,11 +212,11 @@ async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool) ->
         CtlCmd::Get { signal } => {
             let v = c.read_signal(pb::ReadSignalRequest { name: signal }).await?.into_inner();
             if json {
-                println!("{}", serde_json::json!({ "name": v.name, "values": v.values, "seq": v.seq }));
+                outln!("{}", serde_json::json!({ "name": v.name, "values": v.values, "seq": v.seq }));
             } else {
                 let vals: Vec<String> = v.values.iter().map(|x| x.to_string()).collect();
                 let info = v.info.unwrap_or_default();
-                println!(
+                outln!(
                     "{} = {}  (seq {}{})",
                     v.name,
                     if vals.is_empty() { "(never written)".into() } else { vals.join(", ") },
@@ -246,13 +246,13 @@ async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool) ->
                 .await?
                 .into_inner();
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({ "name": ack.name, "seq": ack.seq, "seen": ack.seen, "task": ack.task, "ack_ns": ack.ack_ns })
                 );
             } else {
                 let seen: Vec<String> = ack.seen.iter().map(|x| x.to_string()).collect();
-                println!(
+                outln!(
                     "{} = {}: seen by task {:?} (seq {}), {:.3} ms after the write",
                     ack.name,
                     seen.join(", "),
@@ -278,11 +278,11 @@ async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool) ->
                 (None, None) => return Err(Fail::Usage("give a scenario NAME or --file FILE".into())),
             }
             let r = c.start_scenario(req).await?.into_inner();
-            println!("run {} ({}) {}: results will be in {}", r.run_id, r.scenario, r.state, r.out_dir);
+            outln!("run {} ({}) {}: results will be in {}", r.run_id, r.scenario, r.state, r.out_dir);
         }
         CtlCmd::Stop { run } => {
             let r = c.stop_scenario(pb::StopScenarioRequest { run_id: run.unwrap_or_default() }).await?.into_inner();
-            println!("run {}: stop requested; its results will be in {}", r.run_id, r.out_dir);
+            outln!("run {}: stop requested; its results will be in {}", r.run_id, r.out_dir);
         }
         CtlCmd::Deploy { elf, cpu, name, args } => {
             let bytes = std::fs::read(&elf).map_err(|e| Fail::Usage(format!("{}: {e}", elf.display())))?;
@@ -291,9 +291,14 @@ async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool) ->
                 .deploy_payload(pb::DeployPayloadRequest { elf: bytes, cpu, name: name.unwrap_or_default(), args })
                 .await?
                 .into_inner();
-            println!(
+            outln!(
                 "cell {} on CPU {}: {} (sha256 {}, {} bytes, stored at {})",
-                d.name, d.cpu, d.status, d.sha256, d.size_bytes, d.stored_at
+                d.name,
+                d.cpu,
+                d.status,
+                d.sha256,
+                d.size_bytes,
+                d.stored_at
             );
         }
         CtlCmd::StopCell { name } => {
@@ -301,18 +306,18 @@ async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool) ->
             // The daemon escapes guest text; what reaches this terminal is checked again all the same.
             let line = |s: &str| rtcell_host::printable_line(s, rtcell_host::PEER_TEXT_CAP);
             let name = line(&d.name);
-            println!("cell \"{name}\": {}", line(&d.status));
+            outln!("cell \"{name}\": {}", line(&d.status));
             for l in d.log {
-                println!("  cell \"{name}\" log: {}", line(&l));
+                outln!("  cell \"{name}\" log: {}", line(&l));
             }
         }
         CtlCmd::Results { run } => {
             let r = c.get_results(pb::GetResultsRequest { run_id: run.unwrap_or_default() }).await?.into_inner();
-            println!("{}", r.json.trim_end());
+            outln!("{}", r.json.trim_end());
         }
         CtlCmd::Metrics => {
             let m = c.get_metrics(pb::GetMetricsRequest {}).await?.into_inner();
-            print!("{}", m.text);
+            out!("{}", m.text);
         }
     }
     Ok(0)
@@ -339,10 +344,10 @@ fn us(ns: u64) -> String {
 
 fn print_stats(s: &pb::Stats, json: bool) {
     if json {
-        println!("{}", stats_json(s));
+        outln!("{}", stats_json(s));
         return;
     }
-    println!("run {}: {:.1} s since release{}", s.run_id, s.elapsed_s, if s.finished { " (finished)" } else { "" });
+    outln!("run {}: {:.1} s since release{}", s.run_id, s.elapsed_s, if s.finished { " (finished)" } else { "" });
     let mut t = Table::new(&[
         "task",
         "cell",
@@ -370,8 +375,8 @@ fn print_stats(s: &pb::Stats, json: bool) {
             us(e.max_ns),
         ]);
     }
-    println!("{t}");
-    println!(
+    outln!("{t}");
+    outln!(
         "(lat: activation latency, release to start of cycle, one-way; exec: execution time; percentiles are bucket upper edges)"
     );
     if !s.channels.is_empty() {
@@ -385,14 +390,14 @@ fn print_stats(s: &pb::Stats, json: bool) {
                 c.queued.to_string(),
             ]);
         }
-        println!("{t}");
+        outln!("{t}");
     }
     print_cells(&s.cells);
 }
 
 fn print_cells(cells: &[pb::CellState]) {
     if let Some(t) = cells_table(cells, true) {
-        println!("{t}");
+        outln!("{t}");
     }
 }
 

@@ -120,9 +120,13 @@ pub fn main(a: EcatSimArgs) -> i32 {
     }
     let code = match sim.stop() {
         Ok(c) => {
-            println!(
+            outln!(
                 "ecat-sim: {} frames answered ({} datagrams), {} refused as malformed, {} swallowed after the drop-out, {} replies the interface refused",
-                c.frames, c.datagrams, c.refused, c.dropped, c.send_failed
+                c.frames,
+                c.datagrams,
+                c.refused,
+                c.dropped,
+                c.send_failed
             );
             0
         }

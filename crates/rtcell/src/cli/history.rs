@@ -105,7 +105,7 @@ pub fn record(db: Option<&Path>, results: &Results, results_path: &Path) {
         Ok((id, store.path().to_owned()))
     });
     match recorded {
-        Ok((id, path)) => println!("history: run {id} recorded in {}", path.display()),
+        Ok((id, path)) => outln!("history: run {id} recorded in {}", path.display()),
         Err(e) => eprintln!("warning: this run was not recorded in the history (its results.json is written): {e}"),
     }
 }
@@ -124,7 +124,7 @@ pub fn history_main(args: HistoryArgs) -> i32 {
     if let Some(run) = &args.document {
         return match h.document_text(run) {
             Ok((_, text)) => {
-                print!("{text}");
+                out!("{text}");
                 0
             }
             Err(e) => fail(&e),
@@ -139,7 +139,7 @@ pub fn history_main(args: HistoryArgs) -> i32 {
         let doc = serde_json::json!({ "history": h.path(), "total": total, "runs": runs });
         return match serde_json::to_string_pretty(&doc) {
             Ok(s) => {
-                println!("{s}");
+                outln!("{s}");
                 0
             }
             Err(e) => {
@@ -150,11 +150,11 @@ pub fn history_main(args: HistoryArgs) -> i32 {
     }
     if runs.is_empty() {
         let with = suite.map_or(String::new(), |s| format!(" with suite {s:?}"));
-        println!("no runs{with} recorded in {}: every `rtcell bench` and `rtcell run` records one", h.path().display());
+        outln!("no runs{with} recorded in {}: every `rtcell bench` and `rtcell run` records one", h.path().display());
         return 0;
     }
-    println!("{}", runs_table(&runs).render());
-    println!(
+    outln!("{}", runs_table(&runs).render());
+    outln!(
         "{} of {total} run(s){} in {}",
         runs.len(),
         suite.map_or(String::new(), |s| format!(" with suite {s:?}")),
@@ -203,14 +203,14 @@ pub fn compare_main(args: CompareArgs) -> i32 {
     let c = compare(a, b);
     if args.json {
         match serde_json::to_string_pretty(&c) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => {
                 eprintln!("error: {e}");
                 return 1;
             }
         }
     } else {
-        println!("{}", c.render_text());
+        outln!("{}", c.render_text());
     }
     0
 }

@@ -67,7 +67,7 @@ pub fn main(args: ReportArgs) -> i32 {
     }
     match html::write_report_file(&results, &out) {
         Ok(()) => {
-            println!("report: {}", out.display());
+            outln!("report: {}", out.display());
             0
         }
         Err(e) => {
@@ -81,7 +81,7 @@ pub fn main(args: ReportArgs) -> i32 {
 /// so it is a warning that says how to make the page later.
 pub fn write_beside(results: &Results, dir: &Path) {
     match html::write_report(results, dir) {
-        Ok(path) => println!("report: {}", path.display()),
+        Ok(path) => outln!("report: {}", path.display()),
         Err(e) => eprintln!(
             "warning: report.html not written: {e}; `rtcell report {}` makes it from the results",
             dir.join(RESULTS_FILE).display()

@@ -188,19 +188,19 @@ pub fn execute(
     rtcell_loads::attach_reports_to(&mut suite, &mut results.warnings, &mut text);
     results.suites.push(suite);
 
-    println!("{text}");
+    outln!("{text}");
     if !results.warnings.is_empty() {
-        println!("Warnings:");
+        outln!("Warnings:");
         for w in &results.warnings {
-            println!("  - {w}");
+            outln!("  - {w}");
         }
     }
     for f in &r.files {
-        println!("log: {}", f.display());
+        outln!("log: {}", f.display());
     }
     let path = match results.write_to_dir(out) {
         Ok(path) => {
-            println!("\nresults: {}", path.display());
+            outln!("\nresults: {}", path.display());
             super::report::write_beside(&results, out);
             super::history::record(history, &results, &path);
             path

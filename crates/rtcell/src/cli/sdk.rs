@@ -35,7 +35,7 @@ pub fn main(cmd: SdkCmd) -> i32 {
         SdkCmd::PayloadKit { prefix } => match rtcell_kvm::sdk::write_payload_kit(&prefix) {
             Ok(paths) => {
                 for p in paths {
-                    println!("wrote {}", p.display());
+                    outln!("wrote {}", p.display());
                 }
                 0
             }

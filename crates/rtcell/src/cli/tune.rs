@@ -198,22 +198,22 @@ pub fn check_main(a: CheckArgs) -> i32 {
             doc["held_cpus"] = super::cpus::held_json(&rtcell_host::cpulock::held_cpus());
         }
         match serde_json::to_string_pretty(&doc) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => outln!("{s}"),
             Err(e) => {
                 eprintln!("error: {e}");
                 return 1;
             }
         }
     } else {
-        println!("{}", host_summary(&facts));
-        println!();
-        println!("Cell CPU {cpu}:");
-        print!("{}", rtcell_host::check::render_text(&hc.verdicts));
+        outln!("{}", host_summary(&facts));
+        outln!();
+        outln!("Cell CPU {cpu}:");
+        out!("{}", rtcell_host::check::render_text(&hc.verdicts));
         if root.is_system() {
-            println!();
-            print!("{}", super::cpus::held_text(&rtcell_host::cpulock::held_cpus()));
+            outln!();
+            out!("{}", super::cpus::held_text(&rtcell_host::cpulock::held_cpus()));
         } else {
-            println!("(read under {})", root.base().display());
+            outln!("(read under {})", root.base().display());
         }
     }
     if hc.summary.bad > 0 { 1 } else { 0 }
@@ -293,7 +293,7 @@ pub fn tune_main(a: TuneArgs) -> i32 {
         }
     };
     let state = state_path(&a);
-    print!("{}", render_plan(&plan, a.apply, &state));
+    out!("{}", render_plan(&plan, a.apply, &state));
     if !a.apply {
         return 0;
     }
@@ -305,7 +305,7 @@ pub fn tune_main(a: TuneArgs) -> i32 {
         return 1;
     }
     if plan.changes.is_empty() {
-        println!("\nNothing to change at run time.");
+        outln!("\nNothing to change at run time.");
         return 0;
     }
     if a.measure && !root.is_system() {
@@ -327,10 +327,10 @@ pub fn tune_main(a: TuneArgs) -> i32 {
         },
         None => None,
     };
-    println!();
+    outln!();
     let mut on_change = |c: &tune::Change, o: &Outcome| match o {
-        Outcome::Changed => println!("changed  {}: {} ({})", c.label, c.arrow(), c.path),
-        Outcome::Refused(e) => println!("REFUSED  {}: {e}", c.label),
+        Outcome::Changed => outln!("changed  {}: {} ({})", c.label, c.arrow(), c.path),
+        Outcome::Refused(e) => outln!("REFUSED  {}: {e}", c.label),
     };
     let applied = match tune::apply(&root, &plan, &state, &rtcell_host::stop::stop_requested, &mut on_change) {
         Ok(a) => a,
@@ -344,7 +344,7 @@ pub fn tune_main(a: TuneArgs) -> i32 {
     };
     let made = applied.done.len() - applied.refused();
     let revert_cmd = revert_command(&a, &state);
-    println!(
+    outln!(
         "\n{made} change{} made{}; the previous values are in {}; undo with: {revert_cmd}",
         if made == 1 { "" } else { "s" },
         if applied.refused() > 0 { format!(", {} refused by the kernel", applied.refused()) } else { String::new() },
@@ -362,7 +362,7 @@ pub fn tune_main(a: TuneArgs) -> i32 {
         .filter(|(c, o)| matches!(o, Outcome::Refused(_)) && c.path.starts_with("/proc/irq/"))
         .count();
     if irq_refused > 0 {
-        println!(
+        outln!(
             "the kernel keeps {irq_refused} IRQ{} where {} (managed by its driver, or fixed): only \
              isolcpus=managed_irq,domain,{cpu} at boot moves managed IRQs off CPU {cpu}",
             if irq_refused == 1 { "" } else { "s" },
@@ -378,9 +378,9 @@ pub fn tune_main(a: TuneArgs) -> i32 {
             Ok(r) => r,
             Err(code) => return code,
         };
-        println!("\n{}", compare(&before, &after));
-        println!("results: {} (before), {} (after)", before.path.display(), after.path.display());
-        println!("the changes stay in effect: {revert_cmd}");
+        outln!("\n{}", compare(&before, &after));
+        outln!("results: {} (before), {} (after)", before.path.display(), after.path.display());
+        outln!("the changes stay in effect: {revert_cmd}");
     }
     if failed { 1 } else { 0 }
 }
@@ -446,7 +446,7 @@ fn revert_main(root: &HostRoot, a: &TuneArgs) -> i32 {
     let r = match tune::revert(root, &state) {
         Ok(r) => r,
         Err(e @ TuneError::NoState { .. }) if a.state.is_none() => {
-            println!("{e}");
+            outln!("{e}");
             return 0;
         }
         Err(e @ (TuneError::NoState { .. } | TuneError::OtherRoot { .. } | TuneError::StateCorrupt { .. })) => {
@@ -457,17 +457,17 @@ fn revert_main(root: &HostRoot, a: &TuneArgs) -> i32 {
             return 1;
         }
     };
-    println!("reverting the changes made for CPU {} (state file {}):", r.header.cpu, state.display());
+    outln!("reverting the changes made for CPU {} (state file {}):", r.header.cpu, state.display());
     if r.torn_tail {
-        println!("  (the last record was cut short by a crash: its change was never made)");
+        outln!("  (the last record was cut short by a crash: its change was never made)");
     }
     for (e, res) in &r.done {
         let before = e.before.trim();
         match res {
-            Restored::Restored => println!("restored  {}: {before} ({})", e.label, e.path),
-            Restored::AlreadyAsBefore => println!("unchanged {}: already {before} ({})", e.label, e.path),
+            Restored::Restored => outln!("restored  {}: {before} ({})", e.label, e.path),
+            Restored::AlreadyAsBefore => outln!("unchanged {}: already {before} ({})", e.label, e.path),
             Restored::Differs { now } => {
-                println!(
+                outln!(
                     "DIFFERS   {}: wrote {}, reads {:?}, was {before:?} ({})",
                     e.label,
                     e.restore,
@@ -475,11 +475,11 @@ fn revert_main(root: &HostRoot, a: &TuneArgs) -> i32 {
                     e.path
                 )
             }
-            Restored::Failed(why) => println!("FAILED    {}: {why}", e.label),
+            Restored::Failed(why) => outln!("FAILED    {}: {why}", e.label),
         }
     }
     if r.removed {
-        println!("every value reads as before; state file removed");
+        outln!("every value reads as before; state file removed");
         0
     } else {
         eprintln!(
