@@ -250,6 +250,8 @@ pub struct UnixConn {
 pub struct TcpConn {
     pub tcp: TcpConnectInfo,
     pub conn: Conn,
+    /// The peer's address as accepted (what its places are counted by; the socket may be reset since).
+    pub ip: Option<IpAddr>,
 }
 
 /// The connections of one listener.
@@ -359,12 +361,12 @@ impl Conns {
         role: crate::access::Role,
     ) -> Result<(), tonic::Status> {
         let Some(c) = self.conn_of(ext) else { return Ok(()) };
-        if let Some(peer) = peer_of(ext) {
+        if let Some(ip) = tcp_conn_of(ext).and_then(|t| t.ip) {
             let Ok(mut held) = c.0.identity.lock() else {
                 return Err(tonic::Status::internal("connection state poisoned"));
             };
             if held.is_none() {
-                let shares = self.places(identity, role, peer.ip());
+                let shares = self.places(identity, role, ip);
                 let shares = match shares {
                     Ok(s) => s,
                     Err(why) => {
@@ -379,7 +381,7 @@ impl Conns {
                 }
             }
             drop(held);
-            self.leave_pending(peer.ip(), &c);
+            self.leave_pending(ip, &c);
         }
         c.admit();
         ext.insert(c);
@@ -536,7 +538,7 @@ use std::future::Future as _;
 impl Connected for Guarded<tokio::net::TcpStream> {
     type ConnectInfo = TcpConn;
     fn connect_info(&self) -> Self::ConnectInfo {
-        TcpConn { tcp: self.io.connect_info(), conn: self.conn.clone() }
+        TcpConn { tcp: self.io.connect_info(), conn: self.conn.clone(), ip: self.slot.peer }
     }
 }
 

@@ -100,12 +100,13 @@ impl GatewayCounters {
 
     /// Counts a write of `signal` (a declared signal's name, or the one bucket of unknown names). Signal
     /// names outlive their run (a counter never goes back), and an operator may start scenarios with
-    /// new names without end: past [`MAX_WRITE_SIGNALS`] names, a new one is counted as `(other)`.
+    /// new names without end: past [`MAX_WRITE_SIGNALS`] names, a new one is counted as [`OTHER_SIGNAL`].
     pub fn write(&self, signal: &str, result: &str) {
         if let Ok(mut m) = self.writes.lock() {
             let known = m.keys().any(|(s, _)| s == signal);
             let names = || m.keys().map(|(s, _)| s.as_str()).collect::<std::collections::BTreeSet<_>>().len();
-            let signal = if known || names() < MAX_WRITE_SIGNALS { signal } else { OTHER_SIGNAL };
+            let signal =
+                if known || signal == UNKNOWN_SIGNAL || names() < MAX_WRITE_SIGNALS { signal } else { OTHER_SIGNAL };
             *m.entry((signal.to_string(), result.to_string())).or_default() += 1;
         }
     }
@@ -124,8 +125,11 @@ impl GatewayCounters {
 
 /// Signal names `rtcell_gateway_signal_writes_total` keeps as labels, over the gateway's life.
 pub const MAX_WRITE_SIGNALS: usize = 256;
-/// The label of writes to signals beyond [`MAX_WRITE_SIGNALS`].
-pub const OTHER_SIGNAL: &str = "(other)";
+/// The label of writes to signals beyond [`MAX_WRITE_SIGNALS`] (writes to undeclared names are
+/// `(unknown)`, whatever the cap).
+pub const OTHER_SIGNAL: &str = "(past the cap)";
+/// The label of writes to names no running scenario declares (a client could make those unbounded).
+pub const UNKNOWN_SIGNAL: &str = "(unknown)";
 
 pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
@@ -543,10 +547,12 @@ mod tests {
             c.write(&format!("s{i}"), "permission_denied");
         }
         c.write("s0", "ok");
+        c.write(UNKNOWN_SIGNAL, "not_found");
         let m = c.writes.lock().expect("writes");
         let names: std::collections::BTreeSet<&str> = m.keys().map(|(s, _)| s.as_str()).collect();
-        assert_eq!(names.len(), MAX_WRITE_SIGNALS + 1, "the cap and (other)");
+        assert_eq!(names.len(), MAX_WRITE_SIGNALS + 2, "the cap, the one past it and (unknown)");
         assert_eq!(m.get(&(OTHER_SIGNAL.to_string(), "permission_denied".to_string())), Some(&10));
         assert_eq!(m.get(&("s0".to_string(), "ok".to_string())), Some(&1), "a kept name keeps counting");
+        assert_eq!(m.get(&(UNKNOWN_SIGNAL.to_string(), "not_found".to_string())), Some(&1), "undeclared names apart");
     }
 }

@@ -455,7 +455,7 @@ impl Service {
         // Names of signals that do not exist are not used as labels: a client could make them unbounded.
         let label = match self.0.running() {
             Ok((_, live)) if live.plan.signals.iter().any(|s| s.name == r.name) => r.name.clone(),
-            _ => "(unknown)".into(),
+            _ => crate::metrics::UNKNOWN_SIGNAL.into(),
         };
         self.0.counters.write(&label, result);
         res

@@ -77,7 +77,7 @@ pub fn printable_line(s: &str, cap: usize) -> String {
 }
 
 /// Whether `c` must be escaped: controls, and the characters that break or reorder lines on a terminal.
-fn needs_escape(c: char) -> bool {
+pub fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }

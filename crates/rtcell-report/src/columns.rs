@@ -123,17 +123,29 @@ pub const TASKS: [&str; 17] = [
 ];
 
 /// A scenario's task table: a row per task of the recorded outcome (`config.outcome.tasks`), in its
-/// order, with the figures of its `task_exec_time` and `task_latency` series and the counts of its
-/// labels. A task whose statistics block was scribbled has no series: its counts show as `?` and its
+/// order, then per task that only has series, with the figures of its `task_exec_time` and
+/// `task_latency` series and the counts of its labels. A task whose statistics block was scribbled has no series: its counts show as `?` and its
 /// state as `scribbled` (nothing read from such a block is the task's).
 pub fn tasks(suite: &Suite) -> Grid {
+    let none = serde_json::Value::Null;
     let outcome = suite.config.get("outcome").and_then(|o| o.get("tasks")).and_then(|t| t.as_array());
     let find = |name: &str, task: &str| suite.series.iter().find(|s| s.name == name && label(s, "task") == Some(task));
-    let rows = outcome
-        .into_iter()
-        .flatten()
-        .map(|o| {
-            let task = o.get("name").and_then(|n| n.as_str()).unwrap_or("-");
+    let name_of = |o: &serde_json::Value| o.get("name").and_then(|n| n.as_str()).map(str::to_string);
+    // The outcome's tasks in its order, then any task that has series but is not in it (a document
+    // without an outcome, as the schema allows, still shows every task): each with its outcome entry.
+    let mut list: Vec<(String, &serde_json::Value)> =
+        outcome.into_iter().flatten().map(|o| (name_of(o).unwrap_or_else(|| "-".into()), o)).collect();
+    for s in suite.series.iter().filter(|s| s.name == "task_exec_time" || s.name == "task_latency") {
+        if let Some(t) = label(s, "task")
+            && !list.iter().any(|(n, _)| n == t)
+        {
+            list.push((t.to_string(), &none));
+        }
+    }
+    let rows = list
+        .iter()
+        .map(|(task, o)| {
+            let (task, o) = (task.as_str(), *o);
             let scribbled = o.get("statistics_block").and_then(|b| b.as_str()) == Some("scribbled");
             let (e, l) = (find("task_exec_time", task), find("task_latency", task));
             let any = e.or(l);
@@ -326,6 +338,12 @@ mod tests {
         assert_eq!(g.rows[1][col("period µs")], "1000");
         assert_eq!(g.rows[1][col("cycles")], "?");
         assert_eq!(g.rows[1][col("state")], "scribbled");
+        // Without an outcome (the schema does not ask for one) the task still has its row.
+        let bare = Suite { config: serde_json::json!({}), ..suite.clone() };
+        let g = tasks(&bare);
+        assert_eq!(g.rows.len(), 1);
+        assert_eq!((g.rows[0][0].as_str(), g.rows[0][col("exec max")].as_str()), ("a", "2.000"));
+        assert_eq!(g.rows[0][col("expected")], "-");
         let c = channels(&suite);
         assert_eq!(c.rows, vec![vec!["ch", "100", "-", "0", "-", "-", "50"]]);
     }

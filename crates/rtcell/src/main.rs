@@ -5,5 +5,5 @@ mod out;
 mod cli;
 
 fn main() {
-    std::process::exit(cli::main());
+    std::process::exit(out::finish(cli::main()));
 }

@@ -114,6 +114,18 @@ fn a_reader_that_goes_away_neither_stops_a_run_nor_loses_its_results() {
     assert!(series(&doc).iter().any(|s| s["name"] == "c2c_round_trip" && s["stats"]["count"] == 2000));
 }
 
+#[test]
+fn output_that_cannot_be_written_is_an_error_not_a_success() {
+    let home = tempfile::tempdir().unwrap();
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    // `rtcell history > /dev/full`: the list cannot be written (no space left on the device).
+    let o = rtcell().env("RTCELL_HOME", home.path()).arg("history").stdout(full).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "a cut output is not passed off as complete: {err}");
+    assert!(err.contains("writing to standard output"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 fn refused(args: &[&str], needle: &str) {
     let o = run(args);
     assert_eq!(o.status.code(), Some(2), "{args:?} should exit 2: {}", text(&o));

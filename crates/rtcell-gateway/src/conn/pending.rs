@@ -81,19 +81,30 @@ impl Conns {
 
     /// Closes the connection `room` names, for a newcomer of `ip`. The peer's bytes may have arrived since
     /// the choice (the pending lock does not hold them back): a connection chosen for being silent that
-    /// has spoken since is not closed, `ip`'s own address makes room instead.
-    fn make_room(&self, p: &mut Pending, ip: IpAddr, room: Room) {
-        match room {
-            Room::Oldest(v) => {
-                self.evict_oldest(p, v);
-            }
-            Room::Silent(v, seq) => {
-                let still_silent = |q: &VecDeque<(u64, Conn)>| q.iter().position(|(s, c)| *s == seq && !c.has_spoken());
-                if !matches!(self.evict_at(p, v, still_silent), Some(Some(_))) {
-                    self.evict_oldest(p, ip);
+    /// has spoken since is not closed, the choice is made again (another address's silent one, or else
+    /// `ip`'s own). Each new choice follows a silent connection turning spoken, so there are at most as
+    /// many as pending connections.
+    fn make_room(&self, p: &mut Pending, ip: IpAddr, mut room: Room) {
+        for _ in 0..=MAX_PREAUTH {
+            match room {
+                Room::Oldest(v) => {
+                    self.evict_oldest(p, v);
+                    return;
+                }
+                Room::Silent(v, seq) => {
+                    let still_silent =
+                        |q: &VecDeque<(u64, Conn)>| q.iter().position(|(s, c)| *s == seq && !c.has_spoken());
+                    if self.evict_at(p, v, still_silent).is_some() {
+                        return;
+                    }
+                    match choose(p, ip) {
+                        Some(r) => room = r,
+                        None => return,
+                    }
                 }
             }
         }
+        self.evict_oldest(p, ip);
     }
 
     /// Closes an unauthenticated connection of `ip` and returns its place among its address's (see
@@ -209,5 +220,24 @@ mod tests {
         drop(p);
         assert!(!closed(&b[0]) && !closed(&b[1]), "the other address's clients keep their places");
         assert!(closed(&n[0]) && !closed(&n[1]), "the newcomer's address makes room, its oldest");
+    }
+
+    #[test]
+    fn when_the_chosen_silent_connection_speaks_another_address_s_silent_one_makes_room() {
+        let conns = Conns::new(Arc::default());
+        let b = [enter(&conns, ip(1), true), enter(&conns, ip(1), false)];
+        let c = [enter(&conns, ip(3), true), enter(&conns, ip(3), false)];
+        let n = [enter(&conns, ip(2), true), enter(&conns, ip(2), true)];
+        for k in 0..MAX_PREAUTH - 6 {
+            enter(&conns, IpAddr::from([127, 0, 2, u8::try_from(k).expect("fewer than 256")]), true);
+        }
+        let mut p = conns.pending.lock().expect("pending");
+        let room = choose(&p, ip(2));
+        assert_eq!(room, Some(Room::Silent(ip(1), 2)), "the oldest silent one of the tied addresses");
+        b[1].0.spoke.store(true, Ordering::Release);
+        conns.make_room(&mut p, ip(2), room.expect("a room"));
+        drop(p);
+        assert!(closed(&c[1]), "the other tied address's silent socket makes room");
+        assert!(!closed(&b[0]) && !closed(&b[1]) && !closed(&c[0]) && !closed(&n[0]) && !closed(&n[1]));
     }
 }

@@ -319,12 +319,26 @@ fn decode_document(run: &RunSummary, doc: &StoredDocument, history: &Path) -> Re
     if doc.encoding != ENCODING {
         return Err(bad(format!("is encoded as {:?}, which this rtcell does not read", doc.encoding)));
     }
-    let text = inflate(&doc.data).map_err(|e| bad(format!("does not decompress ({e})")))?;
     if doc.schema != SCHEMA_ID {
         return Err(bad(format!("is schema {:?}; this rtcell reads only {SCHEMA_ID:?}", doc.schema)));
     }
+    let text = inflate(&doc.data, MAX_DOCUMENT_BYTES).map_err(|e| bad(format!("does not decompress ({e})")))?;
+    if !terminal_safe(&text) {
+        return Err(bad("holds control or text-direction characters, which no document rtcell writes holds".into()));
+    }
     Ok(text)
 }
+
+/// Whether `text` holds nothing a terminal acts on but line breaks and tabs. A stored document goes to a
+/// terminal (`history --document`) and to reports, and a history file made by someone else may hold
+/// anything; a document rtcell wrote never holds such characters (JSON escapes controls).
+fn terminal_safe(text: &str) -> bool {
+    !text.chars().any(|c| rtcell_host::peer_text::needs_escape(c) && !matches!(c, '\n' | '\r' | '\t'))
+}
+
+/// The most a stored document may decompress to (a results document is a few MiB at most; a small
+/// compressed bomb in a history file made by someone else must not fill the memory).
+pub const MAX_DOCUMENT_BYTES: u64 = 256 << 20;
 
 fn deflate(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
@@ -332,8 +346,31 @@ fn deflate(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     enc.finish()
 }
 
-fn inflate(bytes: &[u8]) -> std::io::Result<String> {
+/// The text `bytes` decompress to, if it is at most `max` bytes.
+fn inflate(bytes: &[u8], max: u64) -> std::io::Result<String> {
     let mut text = String::new();
-    flate2::read::ZlibDecoder::new(bytes).read_to_string(&mut text)?;
+    flate2::read::ZlibDecoder::new(bytes).take(max.saturating_add(1)).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::other(format!("to more than {max} bytes")));
+    }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_document_that_decompresses_past_the_bound_is_refused() {
+        let z = deflate(&[b' '; 4096]).expect("deflate");
+        assert!(inflate(&z, 1024).is_err());
+        assert_eq!(inflate(&z, 4096).expect("within the bound").len(), 4096);
+    }
+
+    #[test]
+    fn what_a_terminal_acts_on_is_not_a_document() {
+        assert!(!terminal_safe("{\"a\": \"\u{1b}[2J\"}"));
+        assert!(!terminal_safe("{\"a\": \"\u{202e}txt\"}"));
+        assert!(terminal_safe("{\n\t\"a\": \"µs\"\r\n}"));
+    }
 }

@@ -205,8 +205,12 @@ async fn run(c: &mut rtcell_gateway::client::Client, cmd: CtlCmd, json: bool) ->
         CtlCmd::Stats { watch: Some(hz), count } => {
             let mut stream =
                 c.stream_stats(pb::StreamStatsRequest { rate_hz: hz, count, buckets: false }).await?.into_inner();
+            // Until the stream ends, or nobody reads what is printed (`| head`).
             while let Some(s) = stream.message().await? {
                 print_stats(&s, json);
+                if crate::out::gone() {
+                    break;
+                }
             }
         }
         CtlCmd::Get { signal } => {

@@ -177,7 +177,9 @@ fn runs_table(runs: &[RunSummary]) -> Table {
             suites += " (incomplete)";
         }
         let headline = r.headline.iter().map(|h| h.text.as_str()).collect::<Vec<_>>().join("; ");
-        t.row(vec![time, r.id.clone(), host, suites, headline]);
+        // A history file may come from someone else: nothing of it reaches the terminal unescaped.
+        let cell = |s: &str| rtcell_host::peer_text::printable_line(s, 256);
+        t.row(vec![cell(&time), cell(&r.id), cell(&host), cell(&suites), cell(&headline)]);
     }
     t
 }
