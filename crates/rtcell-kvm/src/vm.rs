@@ -100,8 +100,7 @@ pub struct KvmConfig {
 pub(crate) struct Shared {
     pub(crate) kick: Kicker,
     pub(crate) watchdog: watchdog::Verdict,
-    /// How the VM ended and when the monitor saw it end.
-    /// How the VM ended, and when the monitor saw it (CLOCK_MONOTONIC ns).
+    /// How the VM ended, and when the monitor saw it end (CLOCK_MONOTONIC ns).
     pub(crate) end: Mutex<Option<(VmEnd, u64)>>,
     pub(crate) log: GuestLog,
     pub(crate) finished: AtomicBool,
